@@ -1,0 +1,93 @@
+"""The catalogs a manifest is checked against: frameworks, compute configurations, plans.
+
+Pure data. The defaults mirror the seed documents (TensorFlow 1.5, P100 for distributed
+jobs, a Lite plan without distributed training) plus the TensorFlow 2.x line the local
+runtime ships; an operator replaces any section with a YAML file (DLAAS_CATALOG_FILE).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FrameworkSpec(_Frozen):
+    """A framework users can name in a manifest."""
+
+    versions: tuple[str, ...] = Field(min_length=1)
+    # "parameter_server": gRPC cluster (TF_CONFIG); "mpi": one rank per GPU under mpirun.
+    distribution: Literal["parameter_server", "mpi"]
+    # MPI frameworks exist to distribute: a single-node job is refused.
+    requires_multiple_nodes: bool = False
+
+
+class ComputeSpec(_Frozen):
+    """Resources of one node of a compute configuration."""
+
+    gpus: int = Field(ge=0)
+    cpus: int = Field(ge=1)
+    memory_gib: int = Field(ge=1)
+    supports_distributed: bool = False
+
+
+class PlanSpec(_Frozen):
+    """What a tenant's plan allows."""
+
+    distributed: bool
+    max_nodes: int = Field(ge=1)
+    max_concurrent_trainings: int = Field(ge=1)
+    predictions_per_minute: int = Field(ge=1)
+
+
+class Catalog(_Frozen):
+    frameworks: dict[str, FrameworkSpec]
+    compute_configurations: dict[str, ComputeSpec]
+    plans: dict[str, PlanSpec]
+
+    def with_overrides(self, data: dict[str, Any]) -> Catalog:
+        """A catalog whose sections present in `data` replace the defaults whole."""
+        unknown = set(data) - set(type(self).model_fields)
+        if unknown:
+            raise ValueError(f"unknown catalog sections: {', '.join(sorted(unknown))}")
+        merged = self.model_dump()
+        merged.update(data)
+        return Catalog.model_validate(merged)
+
+
+TENSORFLOW_VERSIONS = ("1.5", "2.21")
+
+DEFAULT_CATALOG = Catalog(
+    frameworks={
+        "tensorflow": FrameworkSpec(versions=TENSORFLOW_VERSIONS, distribution="parameter_server"),
+        "tensorflow-ddl": FrameworkSpec(
+            versions=TENSORFLOW_VERSIONS, distribution="mpi", requires_multiple_nodes=True
+        ),
+        "tensorflow-horovod": FrameworkSpec(
+            versions=TENSORFLOW_VERSIONS, distribution="mpi", requires_multiple_nodes=True
+        ),
+    },
+    compute_configurations={
+        "K80": ComputeSpec(gpus=1, cpus=4, memory_gib=24),
+        "K80x2": ComputeSpec(gpus=2, cpus=8, memory_gib=48),
+        "P100": ComputeSpec(gpus=1, cpus=8, memory_gib=24, supports_distributed=True),
+        "P100x2": ComputeSpec(gpus=2, cpus=16, memory_gib=48, supports_distributed=True),
+        "V100": ComputeSpec(gpus=1, cpus=8, memory_gib=24),
+        "V100x2": ComputeSpec(gpus=2, cpus=16, memory_gib=48),
+    },
+    plans={
+        "lite": PlanSpec(
+            distributed=False, max_nodes=1, max_concurrent_trainings=1, predictions_per_minute=500
+        ),
+        "standard": PlanSpec(
+            distributed=True,
+            max_nodes=16,
+            max_concurrent_trainings=8,
+            predictions_per_minute=60_000,
+        ),
+    },
+)

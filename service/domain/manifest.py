@@ -1,0 +1,354 @@
+"""The training manifest: its model, parsing, and every rule it is checked against.
+
+Pure: no I/O. `load_manifest(text, catalog, plan_name)` is the single entry point the API
+uses; it returns a validated `Manifest` or raises `ValidationFailed` / `BadRequest` whose
+field errors are JSON pointers into the document *as the user wrote it* (so a seed-style
+`COMPUTE_CONFIGURATION` error names `/COMPUTE_CONFIGURATION/nodes`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from service.domain.catalog import Catalog
+from service.errors import BadRequest, FieldError, ValidationFailed
+
+MAX_MANIFEST_BYTES = 64 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Framework(_Strict):
+    name: str = Field(description="tensorflow | tensorflow-ddl | tensorflow-horovod")
+    version: str = Field(description='Framework version from the catalog, e.g. "1.5".')
+    command: str = Field(description="Command run in the code directory of every learner.")
+    parameter_servers: int | None = Field(
+        default=None,
+        ge=1,
+        description="tensorflow with nodes > 1: learners 1..P are parameter servers "
+        "(default 1, must be < nodes).",
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_as_text(cls, value: object) -> object:
+        # YAML reads `version: 1.5` as a float; the catalog speaks in strings.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+
+class ComputeConfiguration(_Strict):
+    name: str = Field(description="Compute configuration from the catalog, e.g. P100.")
+    nodes: int = Field(default=1, ge=1, description="Number of learners.")
+
+
+class S3Connection(_Strict):
+    endpoint_url: str
+    access_key_id: str
+    secret_access_key: str
+    region: str | None = None
+
+
+class DataSource(_Strict):
+    bucket: str = Field(min_length=1)
+    prefix: str = ""
+
+
+class ResultsTarget(_Strict):
+    bucket: str = Field(min_length=1)
+
+
+class TrainingDataReference(_Strict):
+    type: Literal["s3"]
+    connection: S3Connection
+    source: DataSource
+
+
+class TrainingResultsReference(_Strict):
+    type: Literal["s3"]
+    connection: S3Connection
+    target: ResultsTarget
+
+
+class EvaluationMetric(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    regex: str = Field(description="Applied to every log line; its one group is the value.")
+
+
+class Manifest(_Strict):
+    """A training manifest in canonical form (the seed documents' flat keys are aliases)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        title="DLaaS training manifest",
+        json_schema_extra={
+            "$comment": "Also accepted: FRAMEWORK_NAME, FRAMEWORK_VERSION, EXECUTION_COMMAND "
+            "and COMPUTE_CONFIGURATION as aliases of framework.name, framework.version, "
+            "framework.command and compute_configuration."
+        },
+    )
+
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = Field(default=None, max_length=4096)
+    framework: Framework
+    compute_configuration: ComputeConfiguration
+    training_data_reference: TrainingDataReference | None = None
+    training_results_reference: TrainingResultsReference | None = None
+    evaluation_metrics: list[EvaluationMetric] = Field(default_factory=list, max_length=32)
+    max_runtime: int | None = Field(
+        default=None, gt=0, description="Seconds; a training running longer is FAILED."
+    )
+
+    @property
+    def nodes(self) -> int:
+        return self.compute_configuration.nodes
+
+    @property
+    def parameter_servers(self) -> int:
+        """Learners 1..P serve parameters (tensorflow with nodes > 1); 0 otherwise."""
+        if self.framework.name != "tensorflow" or self.nodes == 1:
+            return 0
+        return self.framework.parameter_servers or 1
+
+
+# Seed key -> (canonical parent, canonical key). Only the top level has aliases.
+_ALIASES: dict[str, tuple[str | None, str]] = {
+    "FRAMEWORK_NAME": ("framework", "name"),
+    "FRAMEWORK_VERSION": ("framework", "version"),
+    "EXECUTION_COMMAND": ("framework", "command"),
+    "COMPUTE_CONFIGURATION": (None, "compute_configuration"),
+}
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors/aliases: a manifest never needs them, and they allow
+    exponential documents ("billion laughs") in a few bytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.MarkedYAMLError(
+                "YAML aliases are not allowed in a manifest", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def parse_manifest_text(text: str | bytes) -> dict[str, Any]:
+    """YAML or JSON text -> a mapping, or BadRequest naming the `manifest` field."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise _unreadable(f"is larger than {MAX_MANIFEST_BYTES} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _unreadable("is not UTF-8 text") from e
+    try:
+        if text.lstrip().startswith("{"):
+            data = json.loads(text)
+        else:
+            data = yaml.load(text, _NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise _unreadable(f"is not valid YAML or JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise _unreadable("must be a YAML or JSON mapping (key: value pairs)")
+    return data
+
+
+def _unreadable(why: str) -> BadRequest:
+    message = f"the manifest {why}"
+    return BadRequest(message, errors=[FieldError("manifest", message)])
+
+
+def normalize_aliases(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Fold the seed documents' flat keys into the canonical form.
+
+    Returns the canonical mapping and a map canonical pointer -> pointer as written, used
+    to report errors in the user's own terms.
+    """
+    out = {k: v for k, v in data.items() if k not in _ALIASES}
+    written_as: dict[str, str] = {}
+    errors: list[FieldError] = []
+    for alias, (parent, key) in _ALIASES.items():
+        if alias not in data:
+            continue
+        target = out
+        if parent is not None:
+            existing = out.get(parent, {})
+            if not isinstance(existing, dict):
+                errors.append(FieldError(f"/{parent}", "must be a mapping"))
+                continue
+            target = out[parent] = dict(existing)  # never mutate the caller's document
+        canonical = f"/{parent}/{key}" if parent else f"/{key}"
+        if key in target:
+            errors.append(FieldError(f"/{alias}", f"is given twice (also as {canonical})"))
+            continue
+        target[key] = data[alias]
+        written_as[canonical] = f"/{alias}"
+    if errors:
+        raise ValidationFailed(errors)
+    return out, written_as
+
+
+_PYDANTIC_MESSAGES = {
+    "missing": "is required",
+    "extra_forbidden": "is not a known manifest field",
+}
+
+
+def _pointer(loc: tuple[int | str, ...]) -> str:
+    return "/" + "/".join(str(part) for part in loc)
+
+
+def _as_written(pointer: str, written_as: Mapping[str, str]) -> str:
+    for canonical, original in written_as.items():
+        if pointer == canonical or pointer.startswith(canonical + "/"):
+            return original + pointer[len(canonical) :]
+    return pointer
+
+
+def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[FieldError]:
+    """The catalog and plan rules; an empty list means the manifest is acceptable."""
+    errors: list[FieldError] = []
+    fw = manifest.framework
+    nodes = manifest.nodes
+    framework = catalog.frameworks.get(fw.name)
+    if framework is None:
+        errors.append(
+            FieldError(
+                "/framework/name",
+                f"unknown framework '{fw.name}'; "
+                f"supported: {', '.join(sorted(catalog.frameworks))}",
+            )
+        )
+    elif fw.version not in framework.versions:
+        errors.append(
+            FieldError(
+                "/framework/version",
+                f"{fw.name} version '{fw.version}' is not supported; "
+                f"supported versions: {', '.join(framework.versions)}",
+            )
+        )
+    if not fw.command.strip():
+        errors.append(FieldError("/framework/command", "must not be empty"))
+
+    compute = catalog.compute_configurations.get(manifest.compute_configuration.name)
+    if compute is None:
+        errors.append(
+            FieldError(
+                "/compute_configuration/name",
+                f"unknown compute configuration '{manifest.compute_configuration.name}'; "
+                f"supported: {', '.join(catalog.compute_configurations)}",
+            )
+        )
+    distributed_ok = [
+        n for n, c in catalog.compute_configurations.items() if c.supports_distributed
+    ]
+    if framework is not None and framework.requires_multiple_nodes and nodes < 2:
+        errors.append(
+            FieldError(
+                "/compute_configuration/nodes", f"{fw.name} is distributed: nodes must be > 1"
+            )
+        )
+    distributed = nodes > 1 or (framework is not None and framework.requires_multiple_nodes)
+    if distributed and compute is not None and not compute.supports_distributed:
+        errors.append(
+            FieldError(
+                "/compute_configuration/name",
+                f"{manifest.compute_configuration.name} does not support distributed training; "
+                f"use one of: {', '.join(distributed_ok) or 'none in this catalog'}",
+            )
+        )
+
+    if fw.parameter_servers is not None:
+        if fw.name != "tensorflow" or nodes == 1:
+            errors.append(
+                FieldError(
+                    "/framework/parameter_servers",
+                    "applies only to tensorflow trainings with nodes > 1",
+                )
+            )
+        elif fw.parameter_servers >= nodes:
+            errors.append(
+                FieldError(
+                    "/framework/parameter_servers",
+                    f"must be less than nodes ({nodes}) so at least one learner is a worker",
+                )
+            )
+
+    seen: set[str] = set()
+    for i, metric in enumerate(manifest.evaluation_metrics):
+        if metric.name in seen:
+            errors.append(FieldError(f"/evaluation_metrics/{i}/name", "is given twice"))
+        seen.add(metric.name)
+        try:
+            groups = re.compile(metric.regex).groups
+        except re.error as e:
+            errors.append(FieldError(f"/evaluation_metrics/{i}/regex", f"does not compile: {e}"))
+            continue
+        if groups != 1:
+            errors.append(
+                FieldError(
+                    f"/evaluation_metrics/{i}/regex",
+                    f"must have exactly one capturing group (the value); it has {groups}",
+                )
+            )
+
+    plan = catalog.plans.get(plan_name)
+    if plan is None:  # a tenant whose plan left the catalog: refuse rather than guess
+        errors.append(FieldError("/compute_configuration", f"plan '{plan_name}' is not offered"))
+    elif distributed and not plan.distributed:
+        field = "/compute_configuration/nodes" if nodes > 1 else "/framework/name"
+        errors.append(
+            FieldError(field, f"the {plan_name} plan does not support distributed training")
+        )
+    elif nodes > plan.max_nodes:
+        errors.append(
+            FieldError(
+                "/compute_configuration/nodes",
+                f"the {plan_name} plan allows at most {plan.max_nodes} nodes",
+            )
+        )
+    return errors
+
+
+def load_manifest(data: Mapping[str, Any], catalog: Catalog, plan_name: str) -> Manifest:
+    """Validate a parsed manifest; raise ValidationFailed listing every offending field."""
+    canonical, written_as = normalize_aliases(data)
+    try:
+        manifest = Manifest.model_validate(canonical)
+    except ValidationError as e:
+        errors = [
+            FieldError(
+                _as_written(_pointer(err["loc"]), written_as),
+                _PYDANTIC_MESSAGES.get(err["type"], err["msg"]),
+            )
+            for err in e.errors()
+        ]
+        raise ValidationFailed(errors) from e
+    errors = [
+        FieldError(_as_written(err.field, written_as), err.message)
+        for err in check_rules(manifest, catalog, plan_name)
+    ]
+    if errors:
+        raise ValidationFailed(errors)
+    return manifest
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema kept in manifests/manifest.schema.json."""
+    schema = Manifest.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+if __name__ == "__main__":  # python -m service.domain.manifest > manifests/manifest.schema.json
+    print(json.dumps(manifest_json_schema(), indent=2, sort_keys=True))

@@ -1,0 +1,59 @@
+"""The training state machine.
+
+QUEUED -> PENDING -> DOWNLOADING -> RUNNING -> STORING -> COMPLETED, and any non-terminal
+state may go to FAILED or HALTED (a user's stop). Terminal states are final. States may be
+skipped forward (a monitor that polls can see a learner go from PENDING straight to
+RUNNING) but never backwards.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TrainingState(StrEnum):
+    QUEUED = "QUEUED"
+    PENDING = "PENDING"
+    DOWNLOADING = "DOWNLOADING"
+    RUNNING = "RUNNING"
+    STORING = "STORING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    HALTED = "HALTED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({TrainingState.COMPLETED, TrainingState.FAILED, TrainingState.HALTED})
+
+PROGRESSION = (
+    TrainingState.QUEUED,
+    TrainingState.PENDING,
+    TrainingState.DOWNLOADING,
+    TrainingState.RUNNING,
+    TrainingState.STORING,
+    TrainingState.COMPLETED,
+)
+
+
+class InvalidTransition(ValueError):
+    def __init__(self, current: TrainingState, new: TrainingState) -> None:
+        super().__init__(f"a training cannot go from {current} to {new}")
+        self.current = current
+        self.new = new
+
+
+def can_transition(current: TrainingState, new: TrainingState) -> bool:
+    """Whether `current -> new` is allowed (a repeat of the same state is not a transition)."""
+    if current.terminal or current == new:
+        return False
+    if new in (TrainingState.FAILED, TrainingState.HALTED):
+        return True
+    return PROGRESSION.index(new) > PROGRESSION.index(current)
+
+
+def check_transition(current: TrainingState, new: TrainingState) -> None:
+    if not can_transition(current, new):
+        raise InvalidTransition(current, new)
