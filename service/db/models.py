@@ -1,0 +1,126 @@
+"""SQLAlchemy models. Every schema change ships with an Alembic migration."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every database (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime stored; use timezone-aware UTC")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    plan: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    # sha256 of the key: keys are 256-bit random, so a fast hash is as good as a slow one.
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Training(Base):
+    __tablename__ = "trainings"
+    __table_args__ = (
+        # GET /v1/trainings: a tenant's trainings, newest first, optionally by status.
+        Index("ix_trainings_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_trainings_tenant_status_created", "tenant_id", "status", "created_at", "id"),
+        # Admission looks for the oldest QUEUED trainings.
+        Index("ix_trainings_status_created", "status", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str | None] = mapped_column(Text, default=None)
+    status: Mapped[str] = mapped_column(String(16))
+    status_message: Mapped[str | None] = mapped_column(Text, default=None)
+    framework_name: Mapped[str] = mapped_column(String(64))
+    framework_version: Mapped[str] = mapped_column(String(32))
+    compute_name: Mapped[str] = mapped_column(String(64))
+    nodes: Mapped[int] = mapped_column(Integer)
+    manifest: Mapped[dict[str, Any]] = mapped_column()
+    model_definition_key: Mapped[str] = mapped_column(String(512))
+    # Intent written by the API, acted on by the worker/monitor (data flows one way).
+    stop_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    delete_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    completed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    learners: Mapped[list[Learner]] = relationship(
+        back_populates="training",
+        cascade="all, delete-orphan",
+        order_by="Learner.learner_id",
+        lazy="selectin",
+    )
+    events: Mapped[list[StatusEvent]] = relationship(
+        cascade="all, delete-orphan", order_by="StatusEvent.id", lazy="selectin"
+    )
+
+
+class Learner(Base):
+    __tablename__ = "learners"
+
+    training_id: Mapped[str] = mapped_column(
+        ForeignKey("trainings.id", ondelete="CASCADE"), primary_key=True
+    )
+    learner_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(default=None)
+    status_message: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    training: Mapped[Training] = relationship(back_populates="learners")
+
+
+class StatusEvent(Base):
+    """One recorded transition of a training (its status_history)."""
+
+    __tablename__ = "status_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    training_id: Mapped[str] = mapped_column(
+        ForeignKey("trainings.id", ondelete="CASCADE"), index=True
+    )
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text, default=None)
+    at: Mapped[datetime] = mapped_column(default=utcnow)

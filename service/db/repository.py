@@ -1,0 +1,77 @@
+"""Every query the service runs, in one place."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from service.db.models import ApiKey, Tenant, Training
+
+
+def tenant_for_key_hash(session: Session, key_hash: str) -> Tenant | None:
+    stmt = (
+        select(Tenant)
+        .join(ApiKey, ApiKey.tenant_id == Tenant.id)
+        .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+    )
+    return session.scalars(stmt).first()
+
+
+def tenant_by_name(session: Session, name: str) -> Tenant | None:
+    return session.scalars(select(Tenant).where(Tenant.name == name)).first()
+
+
+def list_tenants(session: Session) -> Sequence[Tenant]:
+    return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
+
+
+def get_training(session: Session, tenant_id: str, training_id: str) -> Training | None:
+    stmt = select(Training).where(Training.id == training_id, Training.tenant_id == tenant_id)
+    return session.scalars(stmt).first()
+
+
+def encode_cursor(training: Training) -> str:
+    raw = json.dumps([training.created_at.isoformat(), training.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raises ValueError on anything that is not a cursor this service produced."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, training_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(training_id)
+    except Exception as e:
+        raise ValueError("invalid cursor") from e
+
+
+def list_trainings(
+    session: Session,
+    tenant_id: str,
+    *,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[Sequence[Training], str | None]:
+    """A page of the tenant's trainings, newest first, and the cursor of the next page."""
+    stmt = select(Training).where(Training.tenant_id == tenant_id)
+    if status is not None:
+        stmt = stmt.where(Training.status == status)
+    if cursor is not None:
+        created, last_id = decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(
+                Training.created_at < created,
+                and_(Training.created_at == created, Training.id < last_id),
+            )
+        )
+    stmt = stmt.order_by(Training.created_at.desc(), Training.id.desc()).limit(limit + 1)
+    rows = session.scalars(stmt).all()
+    if len(rows) > limit:
+        return rows[:limit], encode_cursor(rows[limit - 1])
+    return rows, None
