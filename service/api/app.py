@@ -1,0 +1,46 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from service.api import health, tenants, trainings
+from service.api.limits import BodySizeLimit
+from service.api.problems import install_problem_handlers
+from service.platform import Platform
+from service.settings import Settings
+
+
+def _operation_id(route: APIRoute) -> str:
+    # Stable operation ids (the function names) for generated clients.
+    return route.name
+
+
+def create_app(settings: Settings | None = None, platform: Platform | None = None) -> FastAPI:
+    """The API app. Pass a Platform to share one with a worker in the same process."""
+    platform = platform or Platform.from_settings(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if platform.settings.auto_migrate:
+            platform.migrate()
+        yield
+
+    app = FastAPI(
+        title="DLaaS",
+        version="0.1.0",
+        summary="Distributed deep-learning training as a service.",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.platform = platform
+    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(tenants.router)
+    app.include_router(trainings.router)
+    return app

@@ -1,0 +1,68 @@
+"""Dependencies every router shares: the platform, a database session, the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from service.auth import hash_api_key, keys_match
+from service.db import repository
+from service.db.models import Tenant
+from service.errors import Forbidden, Unauthorized
+from service.platform import Platform
+
+
+def get_platform(request: Request) -> Platform:
+    platform: Platform = request.app.state.platform
+    return platform
+
+
+PlatformDep = Annotated[Platform, Depends(get_platform)]
+
+
+def get_session(platform: PlatformDep) -> Iterator[Session]:
+    """A session per request; routers commit what they change, anything else rolls back."""
+    with platform.sessions() as session:
+        try:
+            yield session
+        finally:
+            session.rollback()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def _bearer_key(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
+    return key.strip()
+
+
+def current_tenant(request: Request, platform: PlatformDep, session: SessionDep) -> Tenant:
+    key = _bearer_key(request)
+    tenant = repository.tenant_for_key_hash(session, hash_api_key(key))
+    if tenant is not None:
+        return tenant
+    if keys_match(key, platform.admin_key):
+        raise Forbidden(
+            "the admin key manages tenants only; use a tenant's API key for this request"
+        )
+    raise Unauthorized("the API key is not valid")
+
+
+def require_admin(request: Request, platform: PlatformDep, session: SessionDep) -> None:
+    key = _bearer_key(request)
+    if keys_match(key, platform.admin_key):
+        return
+    if repository.tenant_for_key_hash(session, hash_api_key(key)) is not None:
+        raise Forbidden("this endpoint needs the admin API key")
+    raise Unauthorized("the API key is not valid")
+
+
+CurrentTenant = Annotated[Tenant, Depends(current_tenant)]
+AdminOnly = Depends(require_admin)

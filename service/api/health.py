@@ -1,0 +1,33 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.api.deps import PlatformDep
+from service.errors import DlaasError
+
+router = APIRouter(tags=["health"])
+
+
+class NotReady(DlaasError):
+    status = 503
+    title = "Service unavailable"
+    slug = "not-ready"
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(platform: PlatformDep) -> dict[str, str]:
+    try:
+        with platform.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as e:
+        raise NotReady(f"the database is not reachable: {type(e).__name__}") from e
+    return {"status": "ready", "database": "ok"}

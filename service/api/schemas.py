@@ -1,0 +1,101 @@
+"""Response and request bodies of the REST API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from service.db.models import Tenant, Training
+
+
+class TenantCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    plan: str = Field(description="A plan of the catalog: lite or standard by default.")
+
+
+class TenantOut(BaseModel):
+    id: str
+    name: str
+    plan: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantOut:
+        return cls(id=tenant.id, name=tenant.name, plan=tenant.plan, created_at=tenant.created_at)
+
+
+class TenantCreated(TenantOut):
+    api_key: str = Field(description="Shown once; only its hash is stored.")
+
+
+class TenantList(BaseModel):
+    items: list[TenantOut]
+
+
+class FrameworkOut(BaseModel):
+    name: str
+    version: str
+
+
+class ComputeOut(BaseModel):
+    name: str
+    nodes: int
+
+
+class LearnerOut(BaseModel):
+    learner_id: int
+    status: str
+    exit_code: int | None
+
+
+class StatusEventOut(BaseModel):
+    status: str
+    at: datetime
+    message: str | None = None
+
+
+class TrainingOut(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    status: str
+    status_message: str | None
+    framework: FrameworkOut
+    compute_configuration: ComputeOut
+    learners: list[LearnerOut]
+    status_history: list[StatusEventOut]
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    stop_requested: bool
+    delete_requested: bool
+
+    @classmethod
+    def of(cls, t: Training) -> TrainingOut:
+        return cls(
+            id=t.id,
+            name=t.name,
+            description=t.description,
+            status=t.status,
+            status_message=t.status_message,
+            framework=FrameworkOut(name=t.framework_name, version=t.framework_version),
+            compute_configuration=ComputeOut(name=t.compute_name, nodes=t.nodes),
+            learners=[
+                LearnerOut(learner_id=lr.learner_id, status=lr.status, exit_code=lr.exit_code)
+                for lr in t.learners
+            ],
+            status_history=[
+                StatusEventOut(status=e.status, at=e.at, message=e.message) for e in t.events
+            ],
+            created_at=t.created_at,
+            started_at=t.started_at,
+            completed_at=t.completed_at,
+            stop_requested=t.stop_requested_at is not None,
+            delete_requested=t.delete_requested_at is not None,
+        )
+
+
+class TrainingList(BaseModel):
+    items: list[TrainingOut]
+    next_cursor: str | None

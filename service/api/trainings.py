@@ -1,0 +1,140 @@
+"""Trainings: submit, list, read, stop, delete."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, File, Query, Response, UploadFile, status
+
+from service import trainings as service
+from service.api.deps import CurrentTenant, PlatformDep, SessionDep
+from service.api.schemas import TrainingList, TrainingOut
+from service.db import repository
+from service.db.models import Training
+from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
+from service.domain.states import TrainingState
+from service.errors import BadRequest, FieldError, NotFound, ValidationFailed
+from service.storage.archives import UnsafeArchiveError, inspect_archive
+
+router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
+
+ManifestFile = Annotated[
+    UploadFile, File(description="The training manifest, YAML or JSON (manifests/*.yaml).")
+]
+CodeArchive = Annotated[
+    UploadFile, File(description="The training code as a .zip or .tar.gz archive.")
+]
+
+
+def _owned(session: SessionDep, tenant: CurrentTenant, training_id: str) -> Training:
+    training = repository.get_training(session, tenant.id, training_id)
+    if training is None:  # another tenant's training is as absent as a missing one
+        raise NotFound(f"training {training_id} not found")
+    return training
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TrainingOut,
+    responses={413: {"description": "Upload above the size limit"}},
+)
+def create_training(
+    manifest: ManifestFile,
+    model_definition: CodeArchive,
+    tenant: CurrentTenant,
+    platform: PlatformDep,
+    session: SessionDep,
+    response: Response,
+) -> TrainingOut:
+    """Validate the manifest against the catalog and the tenant's plan, check the code
+    archive, store it, and queue the training."""
+    parsed = load_manifest(
+        parse_manifest_text(manifest.file.read(MAX_MANIFEST_BYTES + 1)),
+        platform.catalog,
+        tenant.plan,
+    )
+    with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
+        archive = Path(tmp) / "model_definition"
+        with archive.open("wb") as out:
+            shutil.copyfileobj(model_definition.file, out, 1024 * 1024)
+        try:
+            summary = inspect_archive(archive, platform.archive_limits)
+        except UnsafeArchiveError as e:
+            raise ValidationFailed([FieldError("model_definition", str(e))]) from e
+        training = service.create_training(
+            session, platform.store, tenant, parsed, archive, summary.format
+        )
+        try:
+            session.commit()
+        except BaseException:
+            platform.store.delete_prefix(service.training_prefix(training.id))
+            raise
+    response.headers["Location"] = f"/v1/trainings/{training.id}"
+    return TrainingOut.of(training)
+
+
+@router.get("", response_model=TrainingList)
+def list_trainings(
+    tenant: CurrentTenant,
+    session: SessionDep,
+    status: Annotated[TrainingState | None, Query(description="Only this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> TrainingList:
+    """The tenant's trainings, newest first."""
+    try:
+        rows, next_cursor = repository.list_trainings(
+            session, tenant.id, status=status, limit=limit, cursor=cursor
+        )
+    except ValueError as e:
+        raise BadRequest(
+            "cursor is not one this service returned", errors=[FieldError("cursor", str(e))]
+        ) from e
+    return TrainingList(items=[TrainingOut.of(t) for t in rows], next_cursor=next_cursor)
+
+
+@router.get("/{training_id}", response_model=TrainingOut)
+def get_training(training_id: str, tenant: CurrentTenant, session: SessionDep) -> TrainingOut:
+    return TrainingOut.of(_owned(session, tenant, training_id))
+
+
+@router.post(
+    "/{training_id}/stop",
+    response_model=TrainingOut,
+    responses={202: {"description": "Stop requested; the learners are being stopped"}},
+)
+def stop_training(
+    training_id: str, tenant: CurrentTenant, session: SessionDep, response: Response
+) -> TrainingOut:
+    """Stop the training: HALTED at once if no learner started, else 202 until it is."""
+    training = _owned(session, tenant, training_id)
+    halted = service.request_stop(training)
+    session.commit()
+    if not halted:
+        response.status_code = status.HTTP_202_ACCEPTED
+    return TrainingOut.of(training)
+
+
+@router.delete(
+    "/{training_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={202: {"description": "Learners are being stopped; deleted once they are"}},
+)
+def delete_training(
+    training_id: str, tenant: CurrentTenant, platform: PlatformDep, session: SessionDep
+) -> Response:
+    """Delete the training and everything stored for it, stopping it first if running."""
+    training = _owned(session, tenant, training_id)
+    deleted = service.delete_training(session, platform.store, training)
+    session.commit()
+    if deleted:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return Response(
+        TrainingOut.of(training).model_dump_json(),
+        status_code=status.HTTP_202_ACCEPTED,
+        media_type="application/json",
+    )

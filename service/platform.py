@@ -1,0 +1,70 @@
+"""The composition root: what the API, the worker and `dlaas up` share, built once from
+Settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.auth import ensure_admin_key
+from service.db.session import make_engine, make_sessionmaker, upgrade
+from service.domain.catalog import DEFAULT_CATALOG, Catalog
+from service.settings import Settings
+from service.storage.archives import ArchiveLimits
+from service.storage.base import ObjectStore
+from service.storage.local import LocalObjectStore
+
+
+def load_catalog(path: Path | None) -> Catalog:
+    """The default catalog, with the sections of the operator's YAML file replacing ours."""
+    if path is None:
+        return DEFAULT_CATALOG
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a catalog file must be a mapping of sections")
+    return DEFAULT_CATALOG.with_overrides(data)
+
+
+@dataclass
+class Platform:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    store: ObjectStore
+    catalog: Catalog
+    admin_key: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Platform:
+        engine = make_engine(settings.resolved_database_url)
+        (settings.home_dir / "uploads").mkdir(parents=True, exist_ok=True)
+        return cls(
+            settings=settings,
+            engine=engine,
+            sessions=make_sessionmaker(engine),
+            store=LocalObjectStore(settings.object_store_dir),
+            catalog=load_catalog(settings.catalog_file),
+            admin_key=ensure_admin_key(settings),
+        )
+
+    @property
+    def archive_limits(self) -> ArchiveLimits:
+        return ArchiveLimits(
+            max_files=self.settings.archive_max_files,
+            max_unpacked_bytes=self.settings.archive_max_unpacked_bytes,
+        )
+
+    @property
+    def upload_dir(self) -> Path:
+        """Where uploads are spooled while they are checked; emptied after each request."""
+        return self.settings.home_dir / "uploads"
+
+    def migrate(self) -> None:
+        upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()

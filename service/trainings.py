@@ -1,0 +1,128 @@
+"""What the API does with trainings: accept, stop, delete, and record state changes.
+
+Services never commit; the request (or the task) that calls them owns the transaction.
+Every state change of a training goes through `record_transition`, so the history users
+read is complete and the state machine is enforced in one place.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from service.auth import new_id
+from service.db.models import Learner, StatusEvent, Tenant, Training, utcnow
+from service.domain.manifest import Manifest
+from service.domain.states import TrainingState, check_transition
+from service.errors import Conflict
+from service.storage.base import ObjectStore
+
+
+def training_prefix(training_id: str) -> str:
+    return f"trainings/{training_id}/"
+
+
+def create_training(
+    session: Session,
+    store: ObjectStore,
+    tenant: Tenant,
+    manifest: Manifest,
+    archive: Path,
+    archive_format: str,
+) -> Training:
+    """Store the code archive and insert the training QUEUED, with one row per learner.
+
+    If anything fails after the archive is stored, the archive is removed again: a
+    refused submission leaves nothing behind.
+    """
+    training_id = new_id()
+    key = f"{training_prefix(training_id)}model_definition.{archive_format}"
+    now = utcnow()
+    training = Training(
+        id=training_id,
+        tenant_id=tenant.id,
+        name=manifest.name,
+        description=manifest.description,
+        status=TrainingState.QUEUED,
+        status_message="waiting for capacity",
+        framework_name=manifest.framework.name,
+        framework_version=manifest.framework.version,
+        compute_name=manifest.compute_configuration.name,
+        nodes=manifest.nodes,
+        manifest=manifest.model_dump(mode="json", exclude_none=True),
+        model_definition_key=key,
+        created_at=now,
+        updated_at=now,
+    )
+    training.learners = [
+        Learner(learner_id=i, status=TrainingState.QUEUED, updated_at=now)
+        for i in range(1, manifest.nodes + 1)
+    ]
+    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now)]
+    session.add(training)
+    try:
+        session.flush()
+        store.put_file(key, archive)
+    except BaseException:
+        store.delete_prefix(training_prefix(training_id))
+        raise
+    return training
+
+
+def record_transition(
+    training: Training,
+    new: TrainingState,
+    message: str | None = None,
+    *,
+    at: datetime | None = None,
+) -> None:
+    """Move the training to `new` (checked against the state machine) and record it."""
+    check_transition(TrainingState(training.status), new)
+    now = at or utcnow()
+    training.status = new
+    training.status_message = message
+    training.updated_at = now
+    if new == TrainingState.RUNNING and training.started_at is None:
+        training.started_at = now
+    if new.terminal:
+        training.completed_at = now
+    training.events.append(StatusEvent(status=new, message=message, at=now))
+
+
+def request_stop(training: Training) -> bool:
+    """Stop a training. Returns True if it is already HALTED (or just became so).
+
+    A training no learner has started for (QUEUED) is halted at once. A running one gets
+    a stop request that the worker acts on (learners get SIGTERM, then SIGKILL); the
+    monitor records HALTED when they are gone.
+    """
+    state = TrainingState(training.status)
+    if state == TrainingState.HALTED:
+        return True
+    if state.terminal:
+        raise Conflict(f"training {training.id} is already {state}; there is nothing to stop")
+    if training.stop_requested_at is None:
+        training.stop_requested_at = utcnow()
+    if state == TrainingState.QUEUED:
+        record_transition(training, TrainingState.HALTED, "stopped by the user before it started")
+        for learner in training.learners:
+            learner.status = TrainingState.HALTED
+        return True
+    return False
+
+
+def delete_training(session: Session, store: ObjectStore, training: Training) -> bool:
+    """Delete the training and its stored artifacts.
+
+    Returns False when learners are still running: the training is asked to stop and
+    marked for deletion, which the worker completes once the learners are gone.
+    """
+    if not TrainingState(training.status).terminal and not request_stop(training):
+        training.delete_requested_at = training.delete_requested_at or utcnow()
+        return False
+    session.flush()  # write the HALTED transition before the rows go
+    store.delete_prefix(training_prefix(training.id))
+    session.delete(training)
+    return True

@@ -1,0 +1,242 @@
+"""The trainings API: submit, read, list, stop, delete; archives; sizes; health."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.platform import Platform
+from tests.conftest import create_tenant, manifest_yaml, submit, zip_of
+
+
+def test_submit_and_read(client: TestClient, tenant: dict[str, str], platform: Platform) -> None:
+    r = submit(client, tenant, manifest_yaml(compute_configuration={"name": "P100", "nodes": 3}))
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert r.headers["location"] == f"/v1/trainings/{t['id']}"
+    assert t["status"] == "QUEUED"
+    assert t["framework"] == {"name": "tensorflow", "version": "2.21"}
+    assert t["compute_configuration"] == {"name": "P100", "nodes": 3}
+    assert [lr["learner_id"] for lr in t["learners"]] == [1, 2, 3]
+    assert [h["status"] for h in t["status_history"]] == ["QUEUED"]
+    assert t["started_at"] is None and t["completed_at"] is None
+    assert client.get(f"/v1/trainings/{t['id']}", headers=tenant).json() == t
+    stored = [o.key for o in platform.store.list(f"trainings/{t['id']}/")]
+    assert stored == [f"trainings/{t['id']}/model_definition.zip"]
+
+
+def test_tar_gz_archive_is_accepted(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"print('hi')\n"
+        info = tarfile.TarInfo("code/train.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    r = submit(client, tenant, code=buf.getvalue(), code_name="code.tar.gz")
+    assert r.status_code == 201, r.text
+    assert platform.store.stat(f"trainings/{r.json()['id']}/model_definition.tar.gz") is not None
+
+
+def test_unknown_training_is_404(client: TestClient, tenant: dict[str, str]) -> None:
+    r = client.get("/v1/trainings/nosuchthing", headers=tenant)
+    assert r.status_code == 404
+    assert "nosuchthing" in r.json()["detail"]
+
+
+def test_list_is_newest_first_paged_and_filtered(
+    client: TestClient, tenant: dict[str, str]
+) -> None:
+    ids = [submit(client, tenant).json()["id"] for _ in range(5)]
+    client.post(f"/v1/trainings/{ids[1]}/stop", headers=tenant)
+    page = client.get("/v1/trainings?limit=2", headers=tenant).json()
+    seen = [t["id"] for t in page["items"]]
+    while page["next_cursor"]:
+        page = client.get(
+            f"/v1/trainings?limit=2&cursor={page['next_cursor']}", headers=tenant
+        ).json()
+        seen += [t["id"] for t in page["items"]]
+    assert seen == list(reversed(ids))
+    halted = client.get("/v1/trainings?status=HALTED", headers=tenant).json()["items"]
+    assert [t["id"] for t in halted] == [ids[1]]
+    queued = client.get("/v1/trainings?status=QUEUED", headers=tenant).json()["items"]
+    assert len(queued) == 4
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("status=SLEEPING", "status"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("cursor=garbage!", "cursor"),
+    ],
+)
+def test_bad_list_queries(
+    client: TestClient, tenant: dict[str, str], query: str, field: str
+) -> None:
+    r = client.get(f"/v1/trainings?{query}", headers=tenant)
+    assert r.status_code in (400, 422)
+    assert field in [e["field"] for e in r.json()["errors"]]
+
+
+def test_stop_a_queued_training_halts_it(client: TestClient, tenant: dict[str, str]) -> None:
+    tid = submit(client, tenant).json()["id"]
+    r = client.post(f"/v1/trainings/{tid}/stop", headers=tenant)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "HALTED" and body["completed_at"] is not None
+    assert [h["status"] for h in body["status_history"]] == ["QUEUED", "HALTED"]
+    assert {lr["status"] for lr in body["learners"]} == {"HALTED"}
+    # Stopping again is harmless.
+    assert client.post(f"/v1/trainings/{tid}/stop", headers=tenant).status_code == 200
+
+
+def test_delete_removes_the_training_and_its_artifacts(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    tid = submit(client, tenant).json()["id"]
+    assert client.delete(f"/v1/trainings/{tid}", headers=tenant).status_code == 204
+    assert client.get(f"/v1/trainings/{tid}", headers=tenant).status_code == 404
+    assert list(platform.store.list(f"trainings/{tid}/")) == []
+    assert client.delete(f"/v1/trainings/{tid}", headers=tenant).status_code == 404
+
+
+def test_upload_over_the_cap_is_413(client: TestClient, tenant: dict[str, str]) -> None:
+    big = b"\0" * (3 * 1024 * 1024)  # the test settings cap bodies at 2 MiB
+    r = submit(client, tenant, code=big)
+    assert r.status_code == 413
+    assert r.headers["content-type"] == "application/problem+json"
+    assert client.get("/v1/trainings", headers=tenant).json()["items"] == []
+
+
+def _evil_tar(name: str, *, link: str | None = None, kind: bytes = tarfile.REGTYPE) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        if link is not None:
+            info.linkname = link
+        data = b"" if kind != tarfile.REGTYPE else b"pwned\n"
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _zip_bomb() -> bytes:
+    buf = io.BytesIO()
+    import zipfile
+
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb.bin", b"\0" * (8 * 1024 * 1024))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "words"),
+    [
+        (zip_of({"../escape.py": "x"}), "code.zip", "../escape.py"),
+        (zip_of({"/etc/cron.d/evil": "x"}), "code.zip", "/etc/cron.d/evil"),
+        (_evil_tar("../../escape.py"), "code.tar.gz", "escape.py"),
+        (_evil_tar("link", link="../../etc/passwd", kind=tarfile.SYMTYPE), "code.tar.gz", "link"),
+        (_evil_tar("link", link="/etc/passwd", kind=tarfile.SYMTYPE), "code.tar.gz", "link"),
+        (_evil_tar("hard", link="../outside", kind=tarfile.LNKTYPE), "code.tar.gz", "hard"),
+        (_evil_tar("dev", kind=tarfile.CHRTYPE), "code.tar.gz", "dev"),
+        (_zip_bomb(), "code.zip", ""),
+        (zip_of({f"f{i}.py": "x" for i in range(60)}), "code.zip", "50"),
+        (b"just some text, not an archive", "code.zip", ".zip or .tar.gz"),
+    ],
+    ids=[
+        "dotdot",
+        "absolute",
+        "tar-dotdot",
+        "symlink-up",
+        "symlink-abs",
+        "hardlink",
+        "device",
+        "zip-bomb",
+        "too-many-files",
+        "not-an-archive",
+    ],
+)
+def test_unsafe_archives_are_refused(
+    client: TestClient,
+    tenant: dict[str, str],
+    platform: Platform,
+    tmp_path: Path,
+    code: bytes,
+    name: str,
+    words: str,
+) -> None:
+    before = set(tmp_path.rglob("*"))
+    r = submit(client, tenant, code=code, code_name=name)
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert err["field"] == "model_definition"
+    assert words in err["message"]
+    # Nothing stored, nothing left in the upload area, nothing written around it.
+    assert list(platform.store.list("trainings/")) == []
+    assert list(platform.upload_dir.iterdir()) == []
+    after = {p for p in tmp_path.rglob("*")}
+    assert {
+        p
+        for p in after - before
+        if "objects" not in p.parts and p.suffix not in (".db-wal", ".db-shm", ".db-journal")
+    } == set()
+    assert not (tmp_path / "escape.py").exists() and not Path("/etc/cron.d/evil").exists()
+    assert client.get("/v1/trainings", headers=tenant).json()["items"] == []
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.json()["database"] == "ok"
+
+
+def test_readiness_fails_when_the_database_is_gone(tmp_path: Path) -> None:
+    from service.api.app import create_app
+    from service.settings import Settings
+
+    settings = Settings(
+        home=tmp_path,
+        admin_api_key="k",
+        database_url="postgresql+psycopg://nobody@127.0.0.1:1/none",
+        auto_migrate=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        r = c.get("/readyz")
+    assert r.status_code == 503
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_openapi_has_stable_operation_ids(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    ops = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
+    assert {
+        "create_training",
+        "list_trainings",
+        "get_training",
+        "stop_training",
+        "delete_training",
+        "create_tenant",
+        "list_tenants",
+        "healthz",
+        "readyz",
+    } <= ops
+    assert client.get("/docs").status_code == 200
+
+
+def test_unknown_route_is_problem_json(client: TestClient) -> None:
+    r = client.get("/v1/nothing-here")
+    assert r.status_code == 404
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_lite_plan_accepts_single_node(client: TestClient) -> None:
+    lite = create_tenant(client, "student", "lite")
+    assert submit(client, lite).status_code == 201
