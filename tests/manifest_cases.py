@@ -120,10 +120,10 @@ REJECTED = [
         "less than nodes (2)",
     ),
     Case(
-        "ps-zero",
-        base(framework={"parameter_servers": 0}, compute_configuration={"nodes": 3}),
+        "ps-negative",
+        base(framework={"parameter_servers": -1}, compute_configuration={"nodes": 3}),
         "/framework/parameter_servers",
-        "greater than or equal to 1",
+        "greater than or equal to 0",
     ),
     Case(
         "ps-single-node",
@@ -270,6 +270,11 @@ REJECTED = [
 ]
 
 ACCEPTED = [
+    (
+        "all-workers",
+        base(framework={"parameter_servers": 0}, compute_configuration={"nodes": 2}),
+        "standard",
+    ),
     ("single-node-tensorflow", base(), "lite"),
     ("version-as-yaml-float", base(framework={"version": 1.5}), "lite"),
     (

@@ -32,9 +32,10 @@ class Framework(_Strict):
     command: str = Field(description="Command run in the code directory of every learner.")
     parameter_servers: int | None = Field(
         default=None,
-        ge=1,
+        ge=0,
         description="tensorflow with nodes > 1: learners 1..P are parameter servers "
-        "(default 1, must be < nodes).",
+        "(default 1, must be < nodes; 0 = every learner is a worker, e.g. for "
+        "MultiWorkerMirroredStrategy).",
     )
 
     @field_validator("version", mode="before")
@@ -117,7 +118,8 @@ class Manifest(_Strict):
         """Learners 1..P serve parameters (tensorflow with nodes > 1); 0 otherwise."""
         if self.framework.name != "tensorflow" or self.nodes == 1:
             return 0
-        return self.framework.parameter_servers or 1
+        ps = self.framework.parameter_servers
+        return 1 if ps is None else ps
 
 
 # Seed key -> (canonical parent, canonical key). Only the top level has aliases.
