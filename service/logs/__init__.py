@@ -1,0 +1,87 @@
+"""Training logs (see service.logs.base): pick a store, and read metrics out of log lines."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypedDict
+
+from service.logs.base import LogRecord, LogStore
+
+__all__ = ["LogRecord", "LogStore", "MetricPoint", "extract_metrics", "open_log_store"]
+
+_STEP = re.compile(r"step[ =:]+(\d+)", re.IGNORECASE)
+
+
+def open_log_store(kind: str, *, dir: str | None = None, url: str | None = None) -> LogStore:
+    """The log store of `kind`: "file" (needs `dir`) or "redis" (needs `url`).
+
+    Raises ValueError for an unknown kind or a missing location.
+    """
+    if kind == "file":
+        if not dir:
+            raise ValueError("the file log store needs a directory")
+        from service.logs.files import FileLogStore
+
+        return FileLogStore(Path(dir))
+    if kind == "redis":
+        if not url:
+            raise ValueError("the redis log store needs a URL")
+        from service.logs.redis import RedisLogStore  # imports redis only when used
+
+        return RedisLogStore(url)
+    raise ValueError(f"unknown log store kind {kind!r}; expected 'file' or 'redis'")
+
+
+class MetricPoint(TypedDict):
+    value: float
+    learner: int
+    timestamp: str  # ISO 8601, UTC, e.g. 2024-05-01T12:00:00.123Z
+    step: int | None
+
+
+def extract_metrics(
+    records: Iterable[LogRecord], metrics: Sequence[tuple[str, str]]
+) -> dict[str, list[MetricPoint]]:
+    """Metric values found in log lines, per metric name, in record order.
+
+    `metrics` is (name, regex) pairs; the regex's first group (the whole match if it has
+    none) is the value, its first match per line counts. Values that are not finite floats
+    are skipped. `step` is the number after "step" (`step[ =:]+N`, any case) in the same
+    line, or None. Every name is in the result, with an empty list if nothing matched.
+    Raises re.error for a regex that does not compile.
+    """
+    compiled = [(name, re.compile(regex)) for name, regex in metrics]
+    result: dict[str, list[MetricPoint]] = {name: [] for name, _ in metrics}
+    for record in records:
+        step_match: re.Match[str] | None = None
+        step_searched = False
+        for name, pattern in compiled:
+            match = pattern.search(record.line)
+            if match is None:
+                continue
+            try:
+                value = float(match.group(1) if pattern.groups else match.group(0))
+            except (TypeError, ValueError):  # TypeError: the group did not take part
+                continue
+            if not math.isfinite(value):
+                continue
+            if not step_searched:
+                step_match, step_searched = _STEP.search(record.line), True
+            result[name].append(
+                MetricPoint(
+                    value=value,
+                    learner=record.learner,
+                    timestamp=_iso(record.ts),
+                    step=int(step_match.group(1)) if step_match else None,
+                )
+            )
+    return result
+
+
+def _iso(ts: float) -> str:
+    stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")

@@ -1,0 +1,44 @@
+"""Training logs: every learner's stdout/stderr, line by line, tagged with learner and time.
+
+Learner wrappers append; the API reads (and follows) them. The file store needs no server
+(the embedded default); the Redis store (streams) lets learners and API replicas on many
+machines share one live log. When a training ends its log is archived to the object store
+under results/learner-<i>/training-log.txt, so logs outlive the learners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    learner: int
+    ts: float  # seconds since the epoch, when the wrapper read the line
+    line: str  # without the trailing newline
+
+    def render(self) -> str:
+        """The text/plain form the API serves: `<iso time> [learner <i>] <line>`."""
+        from datetime import UTC, datetime
+
+        stamp = datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds")
+        return f"{stamp.replace('+00:00', 'Z')} [learner {self.learner}] {self.line}"
+
+
+class LogStore(Protocol):
+    def append(self, training_id: str, records: Sequence[LogRecord]) -> None: ...
+
+    def read(
+        self, training_id: str, cursor: str | None = None, limit: int = 10_000
+    ) -> tuple[list[LogRecord], str]:
+        """Records after `cursor` (all learners, in arrival order per learner) and the
+        cursor to continue from. An unknown training reads as empty."""
+        ...
+
+    def wait(self, training_id: str, cursor: str | None, timeout: float) -> None:
+        """Block up to `timeout` seconds until there may be records after `cursor`."""
+        ...
+
+    def delete(self, training_id: str) -> None: ...

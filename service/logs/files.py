@@ -1,0 +1,194 @@
+"""A log store in a directory: no server, the embedded default.
+
+Layout: `<root>/<training_id>/learner-<i>.jsonl`, one JSON object `{"ts": ..., "line": ...}`
+per line. Each learner file has a single writer (that learner's wrapper), which appends one
+batch of whole lines with one O_APPEND write; readers only ever consume lines that end in a
+newline, so a write in progress is never seen half.
+
+The cursor is opaque to callers: URL-safe base64 of the per-learner byte offsets read so far.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import json
+import os
+import re
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from service.logs.base import LogRecord
+
+_FILE = re.compile(r"learner-([0-9]+)\.jsonl")
+_CHUNK = 64 * 1024
+_POLL_SECONDS = 0.02
+
+# (learner, file offset just past the record, record)
+_Read = tuple[int, int, LogRecord]
+
+
+def encode_cursor(offsets: dict[int, int]) -> str:
+    """The opaque cursor for per-learner byte offsets."""
+    data = json.dumps({str(k): v for k, v in sorted(offsets.items())}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(data.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> dict[int, int]:
+    """Per-learner byte offsets from a cursor (None or "" is the start); raises ValueError."""
+    if not cursor:
+        return {}
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError(f"invalid log cursor: {cursor!r}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"invalid log cursor: {cursor!r}")
+    offsets: dict[int, int] = {}
+    for key, value in data.items():
+        if not key.isdigit() or type(value) is not int or value < 0:
+            raise ValueError(f"invalid log cursor: {cursor!r}")
+        offsets[int(key)] = value
+    return offsets
+
+
+class FileLogStore:
+    """LogStore over `<root>/<training_id>/learner-<i>.jsonl` files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, training_id: str) -> Path:
+        if training_id in ("", ".", "..") or "/" in training_id or "\0" in training_id:
+            raise ValueError(f"invalid training id: {training_id!r}")
+        return self.root / training_id
+
+    def _files(self, training_id: str) -> dict[int, Path]:
+        directory = self._dir(training_id)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return {}
+        return {int(m.group(1)): directory / name for name in names if (m := _FILE.fullmatch(name))}
+
+    def append(self, training_id: str, records: Sequence[LogRecord]) -> None:
+        """Append records (one write per learner file); newlines inside a line stay escaped."""
+        batches: dict[int, list[bytes]] = defaultdict(list)
+        for r in records:
+            text = json.dumps({"ts": r.ts, "line": r.line}, ensure_ascii=False)
+            batches[r.learner].append(text.encode("utf-8", "surrogatepass") + b"\n")
+        if not batches:
+            return
+        directory = self._dir(training_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        for learner, lines in batches.items():
+            path = directory / f"learner-{learner}.jsonl"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                data = b"".join(lines)
+                while data:  # a regular file takes it all at once; loop only for safety
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+
+    def read(
+        self, training_id: str, cursor: str | None = None, limit: int = 10_000
+    ) -> tuple[list[LogRecord], str]:
+        """Up to `limit` complete records after `cursor`, learners merged in ts order, and
+        the cursor just past the returned ones. Raises ValueError for an invalid cursor."""
+        offsets = decode_cursor(cursor)
+        if limit <= 0:
+            return [], encode_cursor(offsets)
+        streams = [
+            _records(learner, path, offsets.get(learner, 0), limit)
+            for learner, path in sorted(self._files(training_id).items())
+        ]
+        records: list[LogRecord] = []
+        # Each learner's records stay in file order, so every learner contributes a prefix
+        # and its offset can advance exactly over what is returned.
+        for learner, end, record in heapq.merge(*streams, key=lambda r: r[2].ts):
+            records.append(record)
+            offsets[learner] = end
+            if len(records) == limit:
+                break
+        return records, encode_cursor(offsets)
+
+    def wait(self, training_id: str, cursor: str | None, timeout: float) -> None:
+        """Return once a complete record exists after `cursor`, or after `timeout` seconds.
+        Raises ValueError for an invalid cursor."""
+        offsets = decode_cursor(cursor)
+        scanned = dict(offsets)  # how far each file is known to hold no newline
+        deadline = time.monotonic() + timeout
+        while True:
+            for learner, path in self._files(training_id).items():
+                start = scanned.get(learner, 0)
+                try:
+                    size = path.stat().st_size
+                except FileNotFoundError:
+                    continue
+                if size > start:
+                    found, scanned[learner] = _find_newline(path, start)
+                    if found:
+                        return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(_POLL_SECONDS, remaining))
+
+    def delete(self, training_id: str) -> None:
+        """Remove every record of the training (nothing happens if it has none)."""
+        shutil.rmtree(self._dir(training_id), ignore_errors=True)
+
+
+def _records(learner: int, path: Path, offset: int, limit: int) -> Iterator[_Read]:
+    """At most `limit` complete records of one learner file from `offset`."""
+    count = 0
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return
+    with f:
+        f.seek(offset)
+        pending = b""
+        last_ts = 0.0
+        while count < limit:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                return
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                offset += len(raw) + 1
+                record = _parse(learner, raw, last_ts)
+                last_ts = record.ts
+                yield learner, offset, record
+                count += 1
+                if count == limit:
+                    return
+
+
+def _parse(learner: int, raw: bytes, last_ts: float) -> LogRecord:
+    """One stored line as a record. A line that is not a record (only a crashed writer
+    leaves one) is returned as its raw text at the previous record's time, so nothing is
+    hidden and a cursor can always move past it."""
+    try:
+        data = json.loads(raw.decode("utf-8", "surrogatepass"))
+        return LogRecord(learner, float(data["ts"]), str(data["line"]))
+    except (ValueError, KeyError, TypeError):
+        return LogRecord(learner, last_ts, raw.decode("utf-8", "replace"))
+
+
+def _find_newline(path: Path, start: int) -> tuple[bool, int]:
+    """Whether the file holds a newline at or after `start`; else how far it was scanned."""
+    with path.open("rb") as f:
+        f.seek(start)
+        while chunk := f.read(_CHUNK):
+            if b"\n" in chunk:
+                return True, start
+            start += len(chunk)
+    return False, start

@@ -1,0 +1,92 @@
+"""A log store on Redis streams: learners and API replicas on many machines share one log.
+
+One stream per training, `dlaas:logs:<training_id>`, one entry per line with the fields
+learner, ts and line. The cursor is the id of the last entry read ("0-0" is the start);
+records come in arrival order (the order the stream received them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis
+
+from service.logs.base import LogRecord
+
+KEY_PREFIX = "dlaas:logs:"
+MAX_LEN = 1_000_000  # entries kept per training (approximately; older ones are trimmed)
+_START = "0-0"
+_ID = re.compile(r"[0-9]+-[0-9]+")
+
+
+def _cursor(cursor: str | None) -> str:
+    if not cursor:
+        return _START
+    if not _ID.fullmatch(cursor):
+        raise ValueError(f"invalid log cursor: {cursor!r}")
+    return cursor
+
+
+class RedisLogStore:
+    """LogStore over one Redis stream per training."""
+
+    def __init__(self, url: str) -> None:
+        # `replace` keeps a line with odd characters (lone surrogates) from failing a batch;
+        # the connect timeout keeps an unreachable server from stalling a learner for minutes.
+        self.client = redis.Redis.from_url(
+            url, decode_responses=True, encoding_errors="replace", socket_connect_timeout=5
+        )
+
+    @staticmethod
+    def key(training_id: str) -> str:
+        """The stream that holds the training's log."""
+        return KEY_PREFIX + training_id
+
+    def append(self, training_id: str, records: Sequence[LogRecord]) -> None:
+        """Add the records to the training's stream in one round trip."""
+        if not records:
+            return
+        key = self.key(training_id)
+        pipe = self.client.pipeline(transaction=False)
+        for r in records:
+            fields: dict[Any, Any] = {"learner": r.learner, "ts": repr(r.ts), "line": r.line}
+            pipe.xadd(key, fields, maxlen=MAX_LEN, approximate=True)
+        pipe.execute()
+
+    def read(
+        self, training_id: str, cursor: str | None = None, limit: int = 10_000
+    ) -> tuple[list[LogRecord], str]:
+        """Up to `limit` records after `cursor` in arrival order, and the cursor after them.
+        Raises ValueError for an invalid cursor."""
+        last = _cursor(cursor)
+        if limit <= 0:
+            return [], last
+        entries = cast(
+            list[tuple[str, dict[str, str]]],
+            self.client.xrange(self.key(training_id), min=f"({last}", max="+", count=limit),
+        )
+        records = [_record(fields) for _id, fields in entries]
+        return records, entries[-1][0] if entries else last
+
+    def wait(self, training_id: str, cursor: str | None, timeout: float) -> None:
+        """Return once an entry exists after `cursor`, or after `timeout` seconds.
+        Raises ValueError for an invalid cursor."""
+        streams: dict[Any, Any] = {self.key(training_id): _cursor(cursor)}
+        if timeout <= 0:  # BLOCK 0 would wait forever
+            self.client.xread(streams, count=1)
+        else:
+            self.client.xread(streams, count=1, block=max(1, round(timeout * 1000)))
+
+    def delete(self, training_id: str) -> None:
+        """Remove the training's stream."""
+        self.client.delete(self.key(training_id))
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.client.close()
+
+
+def _record(fields: dict[str, str]) -> LogRecord:
+    return LogRecord(int(fields["learner"]), float(fields["ts"]), fields.get("line", ""))

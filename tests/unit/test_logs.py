@@ -1,0 +1,321 @@
+"""Log stores (one contract, file and Redis) and metric extraction from log lines."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.logs import LogRecord, LogStore, extract_metrics, open_log_store
+from service.logs.files import FileLogStore, decode_cursor, encode_cursor
+from service.logs.redis import RedisLogStore
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogStore]:
+    if request.param == "file":
+        yield FileLogStore(tmp_path / "logs")
+        return
+    redis_store = RedisLogStore(REDIS_URL)
+    yield redis_store
+    redis_store.close()
+
+
+@pytest.fixture
+def tid(store: LogStore) -> Iterator[str]:
+    training_id = f"test-{uuid.uuid4().hex}"
+    yield training_id
+    store.delete(training_id)
+
+
+def rec(learner: int, ts: float, line: str | None = None) -> LogRecord:
+    return LogRecord(learner, ts, line if line is not None else f"l{learner} t{ts}")
+
+
+# -- the contract, for every store ------------------------------------------------------------
+
+
+def test_unknown_training_reads_empty(store: LogStore, tid: str) -> None:
+    records, cursor = store.read(tid)
+    assert records == []
+    assert store.read(tid, cursor) == ([], cursor)
+
+
+def test_append_then_read_returns_the_records_unchanged(store: LogStore, tid: str) -> None:
+    lines = ["plain", "", "  spaces  ", "tab\there", "unicode é ✓ 🚀", '{"json": "like"}', "a\\nb"]
+    written = [rec(1, 1000.0 + i / 10, line) for i, line in enumerate(lines)]
+    store.append(tid, written)
+    records, _ = store.read(tid)
+    assert records == written
+
+
+def test_cursor_continues_after_what_was_read(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, 1.0), rec(1, 2.0)])
+    first, cursor = store.read(tid)
+    assert [r.ts for r in first] == [1.0, 2.0]
+    assert store.read(tid, cursor) == ([], cursor)
+    store.append(tid, [rec(1, 3.0)])
+    second, cursor2 = store.read(tid, cursor)
+    assert [r.ts for r in second] == [3.0]
+    assert store.read(tid, cursor2)[0] == []
+    assert [r.ts for r in store.read(tid)[0]] == [1.0, 2.0, 3.0]  # no cursor: from the start
+
+
+def test_limit_pages_through_every_record_once(store: LogStore, tid: str) -> None:
+    written = [rec(1, float(i)) for i in range(25)]
+    store.append(tid, written)
+    pages: list[list[LogRecord]] = []
+    cursor: str | None = None
+    while True:
+        page, cursor = store.read(tid, cursor, limit=10)
+        if not page:
+            break
+        pages.append(page)
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert [r for p in pages for r in p] == written
+
+
+def test_learners_are_merged_in_time_order(store: LogStore, tid: str) -> None:
+    for r in [rec(1, 1.0), rec(2, 1.5), rec(2, 2.0), rec(1, 2.5), rec(3, 2.7), rec(1, 3.0)]:
+        store.append(tid, [r])
+    records, _ = store.read(tid)
+    assert [(r.learner, r.ts) for r in records] == [
+        (1, 1.0),
+        (2, 1.5),
+        (2, 2.0),
+        (1, 2.5),
+        (3, 2.7),
+        (1, 3.0),
+    ]
+
+
+def test_limit_across_learners_loses_nothing(store: LogStore, tid: str) -> None:
+    for r in [rec(1, 1.0), rec(2, 2.0), rec(1, 3.0), rec(2, 4.0), rec(2, 5.0)]:
+        store.append(tid, [r])
+    page1, cursor = store.read(tid, limit=3)
+    assert [r.ts for r in page1] == [1.0, 2.0, 3.0]
+    store.append(tid, [rec(1, 6.0)])
+    page2, cursor = store.read(tid, cursor, limit=3)
+    assert [r.ts for r in page2] == [4.0, 5.0, 6.0]
+    assert store.read(tid, cursor)[0] == []
+
+
+def test_limit_zero_returns_nothing_and_keeps_the_cursor(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, 1.0)])
+    records, cursor = store.read(tid, limit=0)
+    assert records == []
+    assert store.read(tid, cursor)[0] == [rec(1, 1.0)]
+
+
+@pytest.mark.parametrize("cursor", ["not a cursor!", "1-2-3", "{}", "-1"])
+def test_invalid_cursor_is_a_value_error(store: LogStore, tid: str, cursor: str) -> None:
+    with pytest.raises(ValueError):
+        store.read(tid, cursor)
+    with pytest.raises(ValueError):
+        store.wait(tid, cursor, 0.01)
+
+
+def test_wait_returns_at_once_when_records_are_there(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, 1.0)])
+    started = time.monotonic()
+    store.wait(tid, None, 5.0)
+    assert time.monotonic() - started < 1.0
+
+
+def test_wait_times_out_when_nothing_comes(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, 1.0)])
+    _, cursor = store.read(tid)
+    started = time.monotonic()
+    store.wait(tid, cursor, 0.2)
+    assert 0.15 <= time.monotonic() - started < 1.5
+    started = time.monotonic()
+    store.wait(tid, cursor, 0)  # a zero timeout never blocks
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("already_started", [False, True])
+def test_wait_wakes_up_when_a_record_arrives(
+    store: LogStore, tid: str, already_started: bool
+) -> None:
+    cursor: str | None = None
+    if already_started:
+        store.append(tid, [rec(1, 1.0)])
+        _, cursor = store.read(tid)
+    appended_at: list[float] = []
+
+    def append_later() -> None:
+        time.sleep(0.2)
+        appended_at.append(time.monotonic())
+        store.append(tid, [rec(2, 2.0)])
+
+    thread = threading.Thread(target=append_later)
+    thread.start()
+    store.wait(tid, cursor, 10.0)
+    woke = time.monotonic()
+    thread.join()
+    assert appended_at and woke - appended_at[0] < 0.5
+    assert store.read(tid, cursor)[0] == [rec(2, 2.0)]
+
+
+def test_delete_removes_the_log(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, 1.0), rec(2, 2.0)])
+    store.delete(tid)
+    assert store.read(tid)[0] == []
+    store.delete(tid)  # deleting nothing is fine
+
+
+def test_trainings_are_separate(store: LogStore, tid: str) -> None:
+    other = tid + "-other"
+    try:
+        store.append(tid, [rec(1, 1.0)])
+        store.append(other, [rec(1, 2.0)])
+        assert store.read(tid)[0] == [rec(1, 1.0)]
+        assert store.read(other)[0] == [rec(1, 2.0)]
+    finally:
+        store.delete(other)
+
+
+# -- the file store's own rules ---------------------------------------------------------------
+
+
+def test_file_layout_is_one_jsonl_per_learner(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path)
+    store.append("t1", [rec(1, 1.0, "a"), rec(2, 1.5, "b"), rec(1, 2.0, "c")])
+    assert sorted(p.name for p in (tmp_path / "t1").iterdir()) == [
+        "learner-1.jsonl",
+        "learner-2.jsonl",
+    ]
+    assert (tmp_path / "t1" / "learner-1.jsonl").read_text().splitlines() == [
+        '{"ts": 1.0, "line": "a"}',
+        '{"ts": 2.0, "line": "c"}',
+    ]
+
+
+def test_file_store_merges_one_batch_of_several_learners_by_time(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path)
+    store.append("t1", [rec(1, 1.0), rec(1, 3.0), rec(2, 2.0)])
+    assert [r.ts for r in store.read("t1")[0]] == [1.0, 2.0, 3.0]
+
+
+def test_file_store_never_returns_a_partial_line(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path)
+    store.append("t1", [rec(1, 1.0, "whole")])
+    path = tmp_path / "t1" / "learner-1.jsonl"
+    with path.open("ab") as f:
+        f.write(b'{"ts": 2.0, "li')
+    records, cursor = store.read("t1")
+    assert records == [rec(1, 1.0, "whole")]
+    started = time.monotonic()
+    store.wait("t1", cursor, 0.2)  # a line in the making is not a reason to wake up
+    assert time.monotonic() - started >= 0.15
+    with path.open("ab") as f:
+        f.write(b'ne": "done"}\n')
+    store.wait("t1", cursor, 5.0)
+    assert store.read("t1", cursor)[0] == [rec(1, 2.0, "done")]
+
+
+def test_file_store_returns_a_corrupt_line_as_text_and_moves_past_it(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path)
+    store.append("t1", [rec(1, 5.0, "before")])
+    with (tmp_path / "t1" / "learner-1.jsonl").open("ab") as f:
+        f.write(b"garbage\n")
+    records, cursor = store.read("t1")
+    assert records == [rec(1, 5.0, "before"), rec(1, 5.0, "garbage")]
+    assert store.read("t1", cursor)[0] == []
+
+
+def test_file_store_ignores_other_files_and_refuses_unsafe_ids(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path)
+    store.append("t1", [rec(1, 1.0)])
+    (tmp_path / "t1" / "notes.txt").write_text("not a log\n")
+    assert store.read("t1")[0] == [rec(1, 1.0)]
+    for bad in ["", ".", "..", "a/b"]:
+        with pytest.raises(ValueError):
+            store.read(bad)
+
+
+def test_file_cursor_round_trips() -> None:
+    assert decode_cursor(encode_cursor({1: 10, 12: 0})) == {1: 10, 12: 0}
+    assert decode_cursor(None) == {} == decode_cursor("")
+    for bad in [encode_cursor({1: 1})[:-3] + "!!", "W10", "eyIxIjogLTF9"]:  # [], {"1": -1}
+        with pytest.raises(ValueError):
+            decode_cursor(bad)
+
+
+def test_open_log_store_picks_the_kind(tmp_path: Path) -> None:
+    assert isinstance(open_log_store("file", dir=str(tmp_path)), FileLogStore)
+    assert isinstance(open_log_store("redis", url=REDIS_URL), RedisLogStore)  # connects lazily
+    with pytest.raises(ValueError, match="directory"):
+        open_log_store("file")
+    with pytest.raises(ValueError, match="URL"):
+        open_log_store("redis")
+    with pytest.raises(ValueError, match="unknown"):
+        open_log_store("kafka", dir=str(tmp_path))
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+LOSS = ("loss", r"loss=([0-9.eE+-]+)")
+ACC = ("accuracy", r"acc(?:uracy)?[ :=]+([0-9.]+)")
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+@pytest.mark.parametrize(
+    ("line", "metrics", "expected"),
+    [
+        ("step 10 loss=0.5", [LOSS], {"loss": [(0.5, 10)]}),
+        ("Step: 7, loss=1e-3", [LOSS], {"loss": [(0.001, 7)]}),
+        ("STEP=42 loss=2", [LOSS], {"loss": [(2.0, 42)]}),
+        ("global_step=3 loss=0.25", [LOSS], {"loss": [(0.25, 3)]}),
+        ("loss=0.5", [LOSS], {"loss": [(0.5, None)]}),
+        ("steps 200 loss=0.5", [LOSS], {"loss": [(0.5, None)]}),  # "steps" is not a step
+        ("loss=.", [LOSS], {"loss": []}),  # does not parse as a float
+        ("loss=1e", [LOSS], {"loss": []}),
+        ("loss=nan", [("loss", r"loss=(\S+)")], {"loss": []}),  # not finite: skipped
+        ("nothing here", [LOSS, ACC], {"loss": [], "accuracy": []}),
+        (
+            "step 1 loss=0.5 accuracy: 0.9",
+            [LOSS, ACC],
+            {"loss": [(0.5, 1)], "accuracy": [(0.9, 1)]},
+        ),
+        ("loss=0.5 loss=0.4", [LOSS], {"loss": [(0.5, None)]}),  # first match per line
+        ("val 0.75", [("val", r"val \d\.\d+")], {"val": []}),  # no group: whole match, no float
+        ("0.75", [("val", r"\d\.\d+")], {"val": [(0.75, None)]}),
+        ("x", [("opt", r"(y)?x")], {"opt": []}),  # the group did not take part
+    ],
+)
+def test_extract_metrics_table(
+    line: str, metrics: list[tuple[str, str]], expected: dict[str, list[tuple[float, int | None]]]
+) -> None:
+    result = extract_metrics([LogRecord(2, T0, line)], metrics)
+    assert {k: [(p["value"], p["step"]) for p in v] for k, v in result.items()} == expected
+    for points in result.values():
+        for p in points:
+            assert p["learner"] == 2
+            assert p["timestamp"] == "2023-11-14T22:13:20.000Z"
+
+
+def test_extract_metrics_keeps_record_order_and_learners() -> None:
+    records = [
+        LogRecord(1, T0, "step 1 loss=0.9"),
+        LogRecord(2, T0 + 0.5, "step 1 loss=0.8"),
+        LogRecord(1, T0 + 1.25, "step 2 loss=0.7"),
+        LogRecord(1, T0 + 2, "unrelated"),
+    ]
+    points = extract_metrics(iter(records), [LOSS])["loss"]
+    assert points == [
+        {"value": 0.9, "learner": 1, "timestamp": "2023-11-14T22:13:20.000Z", "step": 1},
+        {"value": 0.8, "learner": 2, "timestamp": "2023-11-14T22:13:20.500Z", "step": 1},
+        {"value": 0.7, "learner": 1, "timestamp": "2023-11-14T22:13:21.250Z", "step": 2},
+    ]
+
+
+def test_extract_metrics_with_no_metrics_or_records() -> None:
+    assert extract_metrics([LogRecord(1, T0, "loss=1")], []) == {}
+    assert extract_metrics([], [LOSS]) == {"loss": []}
