@@ -1,0 +1,5 @@
+"""`python -m worker.learner SPEC.json`: run one learner (see worker.learner.wrapper)."""
+
+from worker.learner.wrapper import main
+
+raise SystemExit(main())
