@@ -1,0 +1,116 @@
+"""How a training's state follows its learners (pure; the monitor applies the decisions).
+
+Gang semantics: all learners must progress; one learner failing fails the training and
+stops the others. The training completes when every *primary* learner has exited 0 (the
+only learner; the workers of a parameter-server training; the MPI launcher); the others
+(parameter servers, MPI hosts) never exit on their own and are stopped then. A secondary
+learner that ends before that is a failure too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from service.domain.states import TrainingState
+
+
+@dataclass(frozen=True)
+class LearnerObservation:
+    learner_id: int
+    # PENDING, DOWNLOADING, RUNNING, STORING, COMPLETED, FAILED, HALTED, or LOST (the
+    # learner is gone without reporting an end).
+    phase: str
+    exit_code: int | None = None
+    message: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("COMPLETED", "FAILED", "HALTED", "LOST")
+
+
+class Action(StrEnum):
+    STOP = "stop"  # stop every learner (the training is ending or asked to stop)
+    FINALIZE = "finalize"  # the training is terminal: stop what is left, archive, clean up
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: TrainingState | None = None  # the new state, if it changes
+    message: str | None = None
+    actions: tuple[Action, ...] = field(default=())
+
+
+_ORDER = {
+    "PENDING": TrainingState.PENDING,
+    "DOWNLOADING": TrainingState.DOWNLOADING,
+    "RUNNING": TrainingState.RUNNING,
+    "STORING": TrainingState.STORING,
+}
+_PROGRESS = list(_ORDER.values())
+
+
+def _failure(obs: LearnerObservation, primary: bool) -> str:
+    if obs.message and obs.phase in ("FAILED", "LOST"):
+        return obs.message
+    if obs.exit_code is not None:
+        what = "" if primary else " (it serves the others and must not end first)"
+        return f"learner {obs.learner_id} exited with code {obs.exit_code}{what}"
+    return f"learner {obs.learner_id} ended ({obs.phase.lower()}) before the training completed"
+
+
+def decide(
+    current: TrainingState,
+    learners: Sequence[LearnerObservation],
+    primaries: Sequence[int],
+    *,
+    stop_requested: bool,
+    started_at: datetime | None,
+    max_runtime: int | None,
+    now: datetime,
+) -> Decision:
+    """The next step for an active (PENDING..STORING) training."""
+    if current.terminal or current == TrainingState.QUEUED:
+        return Decision()
+    if stop_requested:
+        if all(obs.ended for obs in learners):
+            return Decision(TrainingState.HALTED, "stopped by the user", (Action.FINALIZE,))
+        return Decision(actions=(Action.STOP,))
+
+    primary_ids = set(primaries)
+    for obs in learners:
+        primary = obs.learner_id in primary_ids
+        failed = obs.phase in ("FAILED", "LOST", "HALTED") if primary else obs.ended
+        if failed:
+            return Decision(TrainingState.FAILED, _failure(obs, primary), (Action.FINALIZE,))
+
+    if learners and all(
+        obs.phase == "COMPLETED" for obs in learners if obs.learner_id in primary_ids
+    ):
+        return Decision(TrainingState.COMPLETED, None, (Action.FINALIZE,))
+
+    if max_runtime is not None and started_at is not None:
+        elapsed = (now - started_at).total_seconds()
+        if elapsed > max_runtime:
+            return Decision(
+                TrainingState.FAILED,
+                f"timeout: the training ran longer than max_runtime ({max_runtime} s)",
+                (Action.FINALIZE,),
+            )
+
+    # Progress: the least advanced learner still on its way (finished primaries are past
+    # every phase; secondaries count until they run).
+    phases = [
+        _ORDER[obs.phase]
+        for obs in learners
+        if obs.phase in _ORDER
+        and not (obs.learner_id not in primary_ids and obs.phase == "STORING")
+    ]
+    if not phases:
+        return Decision()
+    target = min(phases, key=_PROGRESS.index)
+    if current in _PROGRESS and _PROGRESS.index(target) > _PROGRESS.index(current):
+        return Decision(target)
+    return Decision()

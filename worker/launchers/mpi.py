@@ -1,0 +1,72 @@
+"""Horovod and IBM DDL: one MPI job across the learners.
+
+Learner 1 is the launcher: once every learner has its code in place it runs the command
+under `mpirun` with a hostfile of all learner hosts (slots = GPUs per node, 1 on a CPU-only
+configuration), one rank per slot; the learner environment reaches every rank (`-x`), and
+a per-rank prefix sets the variables that differ by host (LEARNER_ID, the directories).
+The other learners only host ranks. The training completes when learner 1 exits 0.
+
+DDL runs on the same launch and adds DDL_OPTIONS and a rank -> GPU mapping.
+"""
+
+from __future__ import annotations
+
+from worker.launchers.plan import (
+    Addressing,
+    LaunchPlan,
+    LearnerPlan,
+    MpiSetup,
+    Role,
+    TrainingSpec,
+    base_env,
+    shell,
+)
+
+# Passed to every rank; the rank prefix overrides the per-learner ones.
+_SHARED_VARS = ("TRAINING_ID", "NUM_LEARNERS", "LEARNER_NAME_PREFIX", "GPU_COUNT")
+DDL_DEFAULT_OPTIONS = "-mode r:{gpus}x{nodes}"
+
+
+def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> LaunchPlan:
+    slots = max(spec.gpus_per_node, 1)
+    ranks = slots * spec.nodes
+    hostfile = "".join(f"{host} slots={slots}\n" for host in addressing.hostnames)
+    ddl = spec.framework == "tensorflow-ddl"
+
+    env1 = base_env(spec, addressing, 1)
+    exported = list(_SHARED_VARS)
+    if ddl:
+        env1["DDL_OPTIONS"] = DDL_DEFAULT_OPTIONS.format(gpus=slots, nodes=spec.nodes)
+        exported.append("DDL_OPTIONS")
+    argv: list[str] = [mpi.mpirun, "-np", str(ranks), "--hostfile", mpi.hostfile_path]
+    argv += ["--map-by", "slot", *mpi.options]
+    for name in exported:
+        argv += ["-x", name]
+    if ddl and spec.gpus_per_node:
+        # Each rank sees exactly its GPU (local rank -> device), as DDL expects.
+        argv += ["-x", "DLAAS_MAP_GPU_BY_LOCAL_RANK=1"]
+    argv += [*mpi.rank_prefix, *shell(spec.command)]
+
+    learners = [
+        LearnerPlan(
+            learner_id=1,
+            hostname=addressing.hostnames[0],
+            role=Role.MPI_LAUNCHER,
+            primary=True,
+            argv=tuple(argv),
+            env=env1,
+            waits_for_peers=spec.nodes > 1,
+        )
+    ]
+    for i in range(2, spec.nodes + 1):
+        learners.append(
+            LearnerPlan(
+                learner_id=i,
+                hostname=addressing.hostnames[i - 1],
+                role=Role.MPI_HOST,
+                primary=False,
+                argv=("sleep", "infinity"),
+                env=base_env(spec, addressing, i),
+            )
+        )
+    return LaunchPlan(spec.training_id, tuple(learners), hostfile=hostfile)

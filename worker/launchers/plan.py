@@ -1,0 +1,116 @@
+"""The launch plan: what every learner of a training runs, with which environment.
+
+Launchers are pure functions from a training (and how its learners are addressed) to a
+LaunchPlan. Backends add what only they know (directories, process or pod details).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+GRPC_PORT = 2222
+
+
+class Role(StrEnum):
+    SINGLE = "single"
+    PARAMETER_SERVER = "ps"
+    WORKER = "worker"
+    MPI_LAUNCHER = "mpi-launcher"
+    MPI_HOST = "mpi-host"
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """What a launcher needs to know of a training."""
+
+    training_id: str
+    framework: str
+    version: str
+    command: str
+    nodes: int
+    parameter_servers: int = 0
+    gpus_per_node: int = 0
+    distribution: str = "parameter_server"  # from the framework catalog: or "mpi"
+
+
+@dataclass(frozen=True)
+class Addressing:
+    """How learners reach each other: learner i (1-based) at hosts[i-1]:ports[i-1].
+
+    With one network namespace per learner every learner has its own host name and port
+    2222; without, they share 127.0.0.1 on distinct ports.
+    """
+
+    prefix: str
+    hostnames: tuple[str, ...]
+    hosts: tuple[str, ...]
+    ports: tuple[int, ...]
+
+    @classmethod
+    def per_learner_hosts(cls, prefix: str, nodes: int) -> Addressing:
+        names = tuple(f"{prefix}-{i}" for i in range(1, nodes + 1))
+        return cls(prefix, names, names, (GRPC_PORT,) * nodes)
+
+    @classmethod
+    def shared_loopback(cls, prefix: str, nodes: int, first_port: int) -> Addressing:
+        names = tuple(f"{prefix}-{i}" for i in range(1, nodes + 1))
+        ports = tuple(first_port + i for i in range(nodes))
+        return cls(prefix, names, ("127.0.0.1",) * nodes, ports)
+
+    def endpoint(self, learner_id: int) -> str:
+        return f"{self.hosts[learner_id - 1]}:{self.ports[learner_id - 1]}"
+
+
+@dataclass(frozen=True)
+class MpiSetup:
+    """What an MPI launch needs from the backend."""
+
+    mpirun: str
+    hostfile_path: str
+    # Backend-specific mpirun options: how remote daemons start, which interfaces to use.
+    options: tuple[str, ...] = ()
+    # argv prefix every rank runs first; it fixes up the rank's learner environment.
+    rank_prefix: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LearnerPlan:
+    learner_id: int
+    hostname: str
+    role: Role
+    # The training completes when every primary learner has exited 0; the others
+    # (parameter servers, MPI hosts) never exit on their own and are then stopped.
+    primary: bool
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    # MPI launcher: wait until every learner has its code in place before mpirun.
+    waits_for_peers: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    training_id: str
+    learners: tuple[LearnerPlan, ...]
+    hostfile: str | None = None  # MPI: the content of MpiSetup.hostfile_path
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def primaries(self) -> tuple[int, ...]:
+        return tuple(lp.learner_id for lp in self.learners if lp.primary)
+
+
+def base_env(spec: TrainingSpec, addressing: Addressing, learner_id: int) -> dict[str, str]:
+    """The part of the learner environment every framework shares."""
+    return {
+        "TRAINING_ID": spec.training_id,
+        "LEARNER_ID": str(learner_id),
+        "NUM_LEARNERS": str(spec.nodes),
+        "LEARNER_NAME_PREFIX": addressing.prefix,
+        "GPU_COUNT": str(spec.gpus_per_node),
+    }
+
+
+def shell(command: str) -> tuple[str, ...]:
+    """The user's command as the manifest gives it: one shell command line."""
+    return ("/bin/sh", "-c", command)
