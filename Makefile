@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,mpi
+EXTRAS ?= dev,mpi,tensorflow
 
 .PHONY: help install lint test test-fast run quickstart schema clean
 

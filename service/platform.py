@@ -3,7 +3,8 @@ Settings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -12,11 +13,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth import ensure_admin_key
 from service.db.session import make_engine, make_sessionmaker, upgrade
+from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
+from service.logs import LogStore, open_log_store
 from service.settings import Settings
 from service.storage.archives import ArchiveLimits
 from service.storage.base import ObjectStore
 from service.storage.local import LocalObjectStore
+from worker.learner.spec import LogSinkConfig, StoreConfig
 
 
 def load_catalog(path: Path | None) -> Catalog:
@@ -37,11 +41,18 @@ class Platform:
     store: ObjectStore
     catalog: Catalog
     admin_key: str
+    log_sink: LogSinkConfig = field(default_factory=lambda: LogSinkConfig(kind="file"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
         engine = make_engine(settings.resolved_database_url)
         (settings.home_dir / "uploads").mkdir(parents=True, exist_ok=True)
+        redis_url = settings.resolved_log_store_url
+        log_sink = (
+            LogSinkConfig(kind="redis", url=redis_url)
+            if redis_url
+            else LogSinkConfig(kind="file", dir=str(settings.home_dir / "logs"))
+        )
         return cls(
             settings=settings,
             engine=engine,
@@ -49,7 +60,21 @@ class Platform:
             store=LocalObjectStore(settings.object_store_dir),
             catalog=load_catalog(settings.catalog_file),
             admin_key=ensure_admin_key(settings),
+            log_sink=log_sink,
         )
+
+    @cached_property
+    def logs(self) -> LogStore:
+        return open_log_store(self.log_sink.kind, dir=self.log_sink.dir, url=self.log_sink.url)
+
+    @cached_property
+    def dispatcher(self) -> Dispatcher:
+        return Dispatcher(make_celery(self.settings))
+
+    @property
+    def learner_store(self) -> StoreConfig:
+        """How learners reach this platform's object store."""
+        return StoreConfig(kind="local", root=str(self.settings.object_store_dir))
 
     @property
     def archive_limits(self) -> ArchiveLimits:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,28 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(
         default=True, description="Run database migrations when the API starts."
     )
+    broker_url: str | None = Field(
+        default=None,
+        description="Celery broker; default a directory under DLAAS_HOME (no server), "
+        "redis://... in a cluster.",
+    )
+    log_store_url: str | None = Field(
+        default=None,
+        description="redis://... for live logs shared across machines; default the broker "
+        "if it is Redis, else files under DLAAS_HOME.",
+    )
+    backend: Literal["local", "kubernetes"] = Field(
+        default="local", description="Where learners run."
+    )
+    local_slots: int = Field(
+        default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
+    )
+    monitor_interval: float = Field(
+        default=0.1, gt=0, description="Seconds between two passes of the monitor."
+    )
+    stop_grace_seconds: float = Field(
+        default=3.0, ge=0, description="SIGTERM to SIGKILL grace when learners are stopped."
+    )
 
     @cached_property
     def home_dir(self) -> Path:
@@ -57,6 +80,23 @@ class Settings(BaseSettings):
     @property
     def object_store_dir(self) -> Path:
         return self.home_dir / "objects"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.home_dir / "work"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def resolved_log_store_url(self) -> str | None:
+        """A Redis URL, or None for the file store under DLAAS_HOME."""
+        if self.log_store_url:
+            return self.log_store_url
+        if self.broker_url and self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return None
 
     @property
     def admin_key_file(self) -> Path:

@@ -17,6 +17,7 @@ from service.db.models import Learner, StatusEvent, Tenant, Training, utcnow
 from service.domain.manifest import Manifest
 from service.domain.states import TrainingState, check_transition
 from service.errors import Conflict
+from service.logs.base import LogStore
 from service.storage.base import ObjectStore
 
 
@@ -113,7 +114,9 @@ def request_stop(training: Training) -> bool:
     return False
 
 
-def delete_training(session: Session, store: ObjectStore, training: Training) -> bool:
+def delete_training(
+    session: Session, store: ObjectStore, logs: LogStore, training: Training
+) -> bool:
     """Delete the training and its stored artifacts.
 
     Returns False when learners are still running: the training is asked to stop and
@@ -124,5 +127,6 @@ def delete_training(session: Session, store: ObjectStore, training: Training) ->
         return False
     session.flush()  # write the HALTED transition before the rows go
     store.delete_prefix(training_prefix(training.id))
+    logs.delete(training.id)
     session.delete(training)
     return True

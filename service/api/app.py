@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from service.api import health, tenants, trainings
+from service.api import health, logs, tenants, trainings
 from service.api.limits import BodySizeLimit
 from service.api.problems import install_problem_handlers
 from service.platform import Platform
@@ -43,4 +43,5 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     app.include_router(health.router)
     app.include_router(tenants.router)
     app.include_router(trainings.router)
+    app.include_router(logs.router)
     return app

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from service.auth import hash_api_key, keys_match
 from service.db import repository
-from service.db.models import Tenant
-from service.errors import Forbidden, Unauthorized
+from service.db.models import Tenant, Training
+from service.errors import Forbidden, NotFound, Unauthorized
 from service.platform import Platform
 
 
@@ -66,3 +66,11 @@ def require_admin(request: Request, platform: PlatformDep, session: SessionDep) 
 
 CurrentTenant = Annotated[Tenant, Depends(current_tenant)]
 AdminOnly = Depends(require_admin)
+
+
+def owned_training(session: Session, tenant: Tenant, training_id: str) -> Training:
+    """The caller's training; another tenant's is as absent as a missing one (404)."""
+    training = repository.get_training(session, tenant.id, training_id)
+    if training is None:
+        raise NotFound(f"training {training_id} not found")
+    return training

@@ -10,13 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, File, Query, Response, UploadFile, status
 
 from service import trainings as service
-from service.api.deps import CurrentTenant, PlatformDep, SessionDep
+from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
 from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
-from service.db.models import Training
 from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState
-from service.errors import BadRequest, FieldError, NotFound, ValidationFailed
+from service.errors import BadRequest, FieldError, ValidationFailed
 from service.storage.archives import UnsafeArchiveError, inspect_archive
 
 router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
@@ -27,13 +26,6 @@ ManifestFile = Annotated[
 CodeArchive = Annotated[
     UploadFile, File(description="The training code as a .zip or .tar.gz archive.")
 ]
-
-
-def _owned(session: SessionDep, tenant: CurrentTenant, training_id: str) -> Training:
-    training = repository.get_training(session, tenant.id, training_id)
-    if training is None:  # another tenant's training is as absent as a missing one
-        raise NotFound(f"training {training_id} not found")
-    return training
 
 
 @router.post(
@@ -99,7 +91,7 @@ def list_trainings(
 
 @router.get("/{training_id}", response_model=TrainingOut)
 def get_training(training_id: str, tenant: CurrentTenant, session: SessionDep) -> TrainingOut:
-    return TrainingOut.of(_owned(session, tenant, training_id))
+    return TrainingOut.of(owned_training(session, tenant, training_id))
 
 
 @router.post(
@@ -111,7 +103,7 @@ def stop_training(
     training_id: str, tenant: CurrentTenant, session: SessionDep, response: Response
 ) -> TrainingOut:
     """Stop the training: HALTED at once if no learner started, else 202 until it is."""
-    training = _owned(session, tenant, training_id)
+    training = owned_training(session, tenant, training_id)
     halted = service.request_stop(training)
     session.commit()
     if not halted:
@@ -128,8 +120,8 @@ def delete_training(
     training_id: str, tenant: CurrentTenant, platform: PlatformDep, session: SessionDep
 ) -> Response:
     """Delete the training and everything stored for it, stopping it first if running."""
-    training = _owned(session, tenant, training_id)
-    deleted = service.delete_training(session, platform.store, training)
+    training = owned_training(session, tenant, training_id)
+    deleted = service.delete_training(session, platform.store, platform.logs, training)
     session.commit()
     if deleted:
         return Response(status_code=status.HTTP_204_NO_CONTENT)

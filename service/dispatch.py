@@ -1,0 +1,55 @@
+"""Sending work to the Celery workers, by task name, after the transaction commits.
+
+The API and the monitor only need the broker, not the worker's code: tasks are sent by
+name. The embedded default needs no server: a directory under DLAAS_HOME is the broker,
+polled every 10 ms.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.settings import Settings
+
+LAUNCH = "dlaas.launch_training"
+STOP = "dlaas.stop_training"
+FINALIZE = "dlaas.finalize_training"
+QUEUE = "dlaas"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("dlaas")
+    url = settings.resolved_broker_url
+    conf: dict[str, object] = {
+        "broker_url": url,
+        "task_default_queue": QUEUE,
+        # Acknowledge after the task ran: a worker killed mid-task gets it redelivered
+        # (on brokers that redeliver), and every task is idempotent.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+    }
+    if url.startswith("filesystem://"):
+        folder = settings.home_dir / "broker"
+        folder.mkdir(parents=True, exist_ok=True)
+        conf["broker_transport_options"] = {
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(folder / "control"),
+            "polling_interval": 0.01,
+            "store_processed": False,
+        }
+    app.conf.update(conf)
+    return app
+
+
+class Dispatcher:
+    def __init__(self, celery: Celery) -> None:
+        self.celery = celery
+
+    def send(self, task: str, training_id: str) -> None:
+        self.celery.send_task(task, args=[training_id], queue=QUEUE)

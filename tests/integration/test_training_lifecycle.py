@@ -1,0 +1,167 @@
+"""Trainings run for real through the REST API: learner processes in their own namespaces,
+a Celery worker subprocess, the monitor. No TensorFlow needed here (see test_frameworks)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.platform_harness import (
+    EXAMPLES,
+    LivePlatform,
+    live_platform,
+    training_processes,
+)
+
+pytestmark = pytest.mark.integration
+
+ENV = EXAMPLES / "env"
+CONTRACT = [
+    "LEARNER_ID",
+    "NUM_LEARNERS",
+    "LEARNER_NAME_PREFIX",
+    "TRAINING_ID",
+    "MODEL_DIR",
+    "DATA_DIR",
+    "RESULT_DIR",
+    "LOG_DIR",
+    "CHECKPOINT_DIR",
+    "GPU_COUNT",
+]
+
+
+def manifest(command: str, nodes: int = 1, **extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": "lifecycle",
+        "framework": {"name": "tensorflow", "version": "2.21", "command": command},
+        "compute_configuration": {"name": "P100", "nodes": nodes},
+    }
+    framework_extra = extra.pop("framework", {})
+    doc["framework"].update(framework_extra)
+    doc.update(extra)
+    return doc
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LivePlatform]:
+    with live_platform(tmp_path / "home", f"sqlite:///{tmp_path / 'dlaas.db'}") as p:
+        yield p
+
+
+def wait_no_processes(training_id: str, timeout: float = 10) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := training_processes(training_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_every_learner_sees_the_environment_contract(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest("python3 print_env.py", nodes=3, framework={"parameter_servers": 0}), ENV
+    )
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"})
+    assert done["status"] == "COMPLETED", done
+    logs = live.logs(t["id"])
+    for i in (1, 2, 3):
+        mine = {
+            line.split("] ", 1)[1].split("=", 1)[0]: line.split("] ", 1)[1].split("=", 1)[1]
+            for line in logs.splitlines()
+            if f"[learner {i}] " in line and "=" in line
+        }
+        assert set(CONTRACT) <= set(mine), (i, mine)
+        assert mine["LEARNER_ID"] == str(i) and mine["NUM_LEARNERS"] == "3"
+        assert mine["TRAINING_ID"] == t["id"]
+        prefix = mine["LEARNER_NAME_PREFIX"]
+        assert mine["hostname"] == f"{prefix}-{i}"
+        assert '"worker"' in mine["TF_CONFIG"] and mine["PS_HOSTS_COUNT"] == "0"
+        assert mine["MODEL_DIR"].endswith(f"learner-{i}/model")
+    history = [h["status"] for h in done["status_history"]]
+    assert history[0] == "QUEUED" and "RUNNING" in history and history[-1] == "COMPLETED"
+    assert [lr["exit_code"] for lr in done["learners"]] == [0, 0, 0]
+    assert "learner-1/training-log.txt" in live.results(t["id"])
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_exit_code_fails_the_training_with_the_code(live: LivePlatform) -> None:
+    t = live.submit(manifest("python3 fail.py 3"), ENV)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"})
+    assert done["status"] == "FAILED"
+    assert "learner 1 exited with code 3" in done["status_message"]
+    assert done["learners"][0]["exit_code"] == 3
+    # Logs are kept even for a failed training.
+    assert live.results(t["id"])["learner-1/training-log.txt"] != b""
+
+
+def test_one_failed_learner_stops_the_others(live: LivePlatform) -> None:
+    command = 'if [ "$LEARNER_ID" = 2 ]; then sleep 1; exit 3; fi; exec sleep 120'
+    t = live.submit(manifest(command, nodes=3, framework={"parameter_servers": 0}), ENV)
+    started = time.monotonic()
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+    assert done["status"] == "FAILED"
+    assert "learner 2 exited with code 3" in done["status_message"]
+    assert time.monotonic() - started < 30
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_stop_halts_and_leaves_no_process(live: LivePlatform) -> None:
+    # The command ignores SIGTERM, as TensorFlow does: the grace period ends in SIGKILL.
+    t = live.submit(manifest("trap '' TERM; echo started; sleep 120 & wait", nodes=2), ENV)
+    live.wait_for(t["id"], {"RUNNING"}, timeout=60)
+    r = live.client.post(f"/v1/trainings/{t['id']}/stop", headers=live.headers)
+    assert r.status_code == 202
+    done = live.wait_for(t["id"], {"HALTED", "FAILED", "COMPLETED"}, timeout=30)
+    assert done["status"] == "HALTED", done
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_max_runtime_fails_with_timeout(live: LivePlatform) -> None:
+    t = live.submit(manifest("exec sleep 120", max_runtime=2), ENV)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+    assert done["status"] == "FAILED"
+    assert "timeout" in done["status_message"]
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_worker_killed_mid_training_is_recovered(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest("sleep 3; echo finished", nodes=2, framework={"parameter_servers": 0}), ENV
+    )
+    live.wait_for(t["id"], {"RUNNING"}, timeout=60)
+    live.kill_worker()
+    time.sleep(4)  # the learners finish while no worker runs
+    live.start_worker()
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+    assert done["status"] == "COMPLETED", done
+    assert live.logs(t["id"]).count("finished") == 2  # each learner ran exactly once
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_logs_follow_and_metrics(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest(
+            "python3 slow.py --seconds 3",
+            evaluation_metrics=[{"name": "loss", "regex": r"loss=([0-9.eE+-]+)"}],
+        ),
+        ENV,
+    )
+    lines: list[str] = []
+    with live.client.stream(
+        "GET", f"/v1/trainings/{t['id']}/logs", params={"follow": "true"}, headers=live.headers
+    ) as r:
+        assert r.status_code == 200
+        lines.extend(r.iter_lines())
+    assert live.get(t["id"])["status"] == "COMPLETED"
+    ticks = [line for line in lines if "tick=" in line]
+    assert len(ticks) >= 10
+    assert [int(line.split("tick=")[1].split()[0]) for line in ticks] == list(range(len(ticks)))
+    metrics = live.client.get(f"/v1/trainings/{t['id']}/metrics", headers=live.headers).json()
+    values = [p["value"] for p in metrics["loss"]]
+    logged = [float(line.split("loss=")[1].split()[0]) for line in ticks]
+    assert values == logged
+    assert {p["learner"] for p in metrics["loss"]} == {1}
+    only_2 = live.logs(t["id"], learner=2)
+    assert only_2 == ""

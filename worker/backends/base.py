@@ -1,0 +1,55 @@
+"""The one interface to wherever learners run (local processes, Kubernetes pods).
+
+Every call is idempotent and keyed by training id, so a restarted worker or monitor
+reconciles from what the backend reports instead of guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from service.domain.lifecycle import LearnerObservation
+from worker.launchers.plan import TrainingSpec
+from worker.learner.spec import LogSinkConfig, StoreConfig
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Everything a backend needs to start the learners of a training."""
+
+    spec: TrainingSpec
+    model_definition_key: str
+    store: StoreConfig
+    log_sink: LogSinkConfig
+    results_prefix: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    learners: tuple[LearnerObservation, ...]
+    primaries: tuple[int, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+class Backend(Protocol):
+    def start(self, request: StartRequest) -> None:
+        """Start every learner of the training (all or none); a second call is a no-op."""
+        ...
+
+    def observe(self, training_id: str) -> Observation | None:
+        """What the learners are doing, or None if this backend never started them."""
+        ...
+
+    def stop(self, training_id: str) -> None:
+        """SIGTERM (or pod deletion), then SIGKILL after the grace period; returns when
+        no learner process is left."""
+        ...
+
+    def cleanup(self, training_id: str) -> None:
+        """Release everything the training held (processes, networks, scratch space)."""
+        ...
+
+    def slots(self) -> int:
+        """How many learners this backend can run at once."""
+        ...

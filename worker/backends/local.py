@@ -1,0 +1,365 @@
+"""The local backend: this machine as a small cluster, one process tree per learner.
+
+Every learner is a learner wrapper (`python -m worker.learner SPEC`) in its own session,
+so it outlives the worker that started it: a worker killed mid-training is simply
+restarted, and the monitor keeps observing the learners through their status files. The
+user's command runs inside the learner's network and UTS namespaces (worker.backends.netns),
+so every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port
+2222, as in a pod; downloading code and uploading results stay outside them. Where
+namespaces are unavailable the learners share the loopback on distinct ports (carried in
+TF_CONFIG), and the training's status says so.
+
+Layout under DLAAS_HOME/work/<training id>/: state.json (what was started),
+net/ (the learner network), results/ (RESULT_DIR, shared by all learners), rendezvous/,
+hostfile and ranks.json (MPI), learner-<i>/{spec.json,status.json,training-log.txt,
+model,data,logs}, checkpoints/ (CHECKPOINT_DIR). Cleanup removes it all once the results
+are stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from service.domain.lifecycle import LearnerObservation
+from worker.backends.base import Observation, StartRequest
+from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
+from worker.launchers import plan_launch
+from worker.launchers.plan import Addressing, LaunchPlan, MpiSetup
+from worker.learner.spec import LearnerSpec
+
+# A learner whose wrapper has not reported within this many seconds never started.
+START_TIMEOUT = 60.0
+_FALLBACK_NOTE = (
+    "learner namespaces are unavailable here ({why}); learners share 127.0.0.1 on distinct "
+    "ports (see TF_CONFIG) and their host names do not resolve"
+)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def _free_ports(count: int) -> int:
+    """The first of `count` consecutive ports that are free now (fallback mode)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first: int = s.getsockname()[1]
+        if first + count < 65535 and all(_port_free(first + i) for i in range(count)):
+            return first
+    raise RuntimeError("no free block of local ports for the learners")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class LocalBackend:
+    def __init__(
+        self,
+        work_root: Path,
+        *,
+        slots: int = 8,
+        stop_grace_seconds: float = 3.0,
+        use_namespaces: bool | None = None,
+    ) -> None:
+        self.work_root = work_root
+        self._slots = slots
+        self.stop_grace_seconds = stop_grace_seconds
+        if use_namespaces is None:
+            use_namespaces, self.namespaces_missing = namespaces_available()
+        else:
+            self.namespaces_missing = "" if use_namespaces else "disabled by configuration"
+        self.use_namespaces = use_namespaces
+
+    def slots(self) -> int:
+        return self._slots
+
+    def _dir(self, training_id: str) -> Path:
+        return self.work_root / training_id
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self, request: StartRequest) -> None:
+        spec = request.spec
+        tdir = self._dir(spec.training_id)
+        tdir.mkdir(parents=True, exist_ok=True)
+        state_file = tdir / "state.json"
+        state = _read_json(state_file)
+        if state is None:
+            state = self._prepare(request, tdir)
+            _write_json(state_file, state)
+        # Spawn what was not spawned yet: a launch delivered twice, or after a worker died
+        # halfway, never starts a learner twice.
+        for learner in state["learners"]:
+            if learner["spawned_at"] is None:
+                self._spawn(Path(learner["spec"]))
+                learner["spawned_at"] = time.time()
+                _write_json(state_file, state)
+
+    def _prepare(self, request: StartRequest, tdir: Path) -> dict[str, Any]:
+        spec = request.spec
+        prefix = f"learner-{spec.training_id}"
+        notes: list[str] = []
+        net: LearnerNetwork | None = None
+        if self.use_namespaces:
+            addressing = Addressing.per_learner_hosts(prefix, spec.nodes)
+            net = LearnerNetwork.attach(tdir / "net") or LearnerNetwork.create(
+                spec.training_id, list(addressing.hostnames), tdir / "net"
+            )
+        else:
+            addressing = Addressing.shared_loopback(prefix, spec.nodes, _free_ports(spec.nodes))
+            notes.append(_FALLBACK_NOTE.format(why=self.namespaces_missing))
+
+        mpi = None
+        if spec.distribution == "mpi":
+            mpi = self._mpi_setup(tdir, net)
+        plan = plan_launch(spec, addressing, mpi)
+        results = tdir / "results"
+        checkpoints = tdir / "checkpoints"
+        rendezvous = tdir / "rendezvous"
+        for d in (results, checkpoints, rendezvous):
+            d.mkdir(parents=True, exist_ok=True)
+        learners_env = self._learner_envs(plan, tdir, results, checkpoints)
+        if plan.hostfile is not None:
+            hostfile = plan.hostfile if net else f"localhost slots={spec.nodes}\n"
+            (tdir / "hostfile").write_text(hostfile)
+            ranks = {"hosts": {lp.hostname: learners_env[lp.learner_id] for lp in plan.learners}}
+            ranks["by_rank"] = {str(i - 1): learners_env[i] for i in learners_env}
+            _write_json(tdir / "ranks.json", ranks)
+
+        learners = []
+        for lp in plan.learners:
+            ldir = tdir / f"learner-{lp.learner_id}"
+            ldir.mkdir(parents=True, exist_ok=True)
+            env = {**self._runtime_env(), **lp.env, **learners_env[lp.learner_id]}
+            argv = [*(net.enter_argv(lp.hostname) if net else []), *lp.argv]
+            ready = rendezvous / f"learner-{lp.learner_id}.ready"
+            peers = [
+                str(rendezvous / f"learner-{other.learner_id}.ready")
+                for other in plan.learners
+                if other.learner_id != lp.learner_id
+            ]
+            learner_spec = LearnerSpec(
+                training_id=spec.training_id,
+                learner_id=lp.learner_id,
+                num_learners=spec.nodes,
+                hostname=lp.hostname,
+                argv=argv,
+                env=env,
+                model_dir=env["MODEL_DIR"],
+                data_dir=env["DATA_DIR"],
+                result_dir=env["RESULT_DIR"],
+                log_dir=env["LOG_DIR"],
+                checkpoint_dir=env["CHECKPOINT_DIR"],
+                status_file=str(ldir / "status.json"),
+                model_definition_key=request.model_definition_key,
+                store=request.store,
+                log_sink=request.log_sink,
+                results_prefix=request.results_prefix,
+                upload_results=lp.primary,
+                ready_file=str(ready),
+                wait_for=peers if lp.waits_for_peers else [],
+                stop_grace_seconds=self.stop_grace_seconds,
+            )
+            learner_spec.write(ldir / "spec.json")
+            learners.append(
+                {
+                    "learner_id": lp.learner_id,
+                    "role": lp.role.value,
+                    "primary": lp.primary,
+                    "spec": str(ldir / "spec.json"),
+                    "spawned_at": None,
+                }
+            )
+        return {
+            "training_id": spec.training_id,
+            "namespaces": net is not None,
+            "primaries": list(plan.primaries),
+            "notes": notes,
+            "learners": learners,
+        }
+
+    def _mpi_setup(self, tdir: Path, net: LearnerNetwork | None) -> MpiSetup:
+        mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which(
+            "mpirun"
+        )
+        if mpirun is None:
+            raise RuntimeError("mpirun is not installed (pip install 'dlaas[mpi]')")
+        options: list[str] = ["--mca", "btl", "tcp,self"]
+        if net is not None:
+            # Root inside the learners' user namespace; daemons start through the agent
+            # that enters the target learner (the local analogue of kubectl exec).
+            options += ["--allow-run-as-root", "--prtemca", "plm_ssh_agent", str(net.agent)]
+            options += ["--mca", "btl_tcp_if_include", SUBNET]
+            options += ["--prtemca", "oob_tcp_if_include", SUBNET]
+        elif os.geteuid() == 0:
+            options.append("--allow-run-as-root")
+        rank_prefix = (sys.executable, "-m", "worker.learner.rank", str(tdir / "ranks.json"), "--")
+        return MpiSetup(
+            mpirun=mpirun,
+            hostfile_path=str(tdir / "hostfile"),
+            options=tuple(options),
+            rank_prefix=rank_prefix,
+        )
+
+    @staticmethod
+    def _learner_envs(
+        plan: LaunchPlan, tdir: Path, results: Path, checkpoints: Path
+    ) -> dict[int, dict[str, str]]:
+        envs = {}
+        for lp in plan.learners:
+            ldir = tdir / f"learner-{lp.learner_id}"
+            envs[lp.learner_id] = {
+                "LEARNER_ID": str(lp.learner_id),
+                "MODEL_DIR": str(ldir / "model"),
+                "DATA_DIR": str(ldir / "data"),
+                "RESULT_DIR": str(results),
+                "LOG_DIR": str(ldir / "logs"),
+                "CHECKPOINT_DIR": str(checkpoints),
+                "HOME": str(ldir),
+            }
+        return envs
+
+    @staticmethod
+    def _runtime_env() -> dict[str, str]:
+        """The learner runtime: this installation's Python (with the tensorflow and mpi
+        extras) first on PATH, for every catalog version."""
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root  # the rank prefix and agent import the platform's modules
+        return env
+
+    @staticmethod
+    def _spawn(spec_path: Path) -> None:
+        log = spec_path.with_name("wrapper.log")
+        # setsid -f: the wrapper leads its own session and is nobody's child here, so it
+        # outlives this worker and leaves no zombie behind.
+        with open(log, "ab") as out:
+            subprocess.run(
+                ["setsid", "-f", sys.executable, "-m", "worker.learner", str(spec_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                check=True,
+                cwd=str(spec_path.parent),
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            )
+
+    # -- observe -------------------------------------------------------------------------
+
+    def observe(self, training_id: str) -> Observation | None:
+        tdir = self._dir(training_id)
+        state = _read_json(tdir / "state.json")
+        if state is None:
+            return None
+        now = time.time()
+        observed = []
+        for learner in state["learners"]:
+            observed.append(self._observe_learner(learner, Path(learner["spec"]).parent, now))
+        return Observation(
+            learners=tuple(observed),
+            primaries=tuple(state["primaries"]),
+            notes=tuple(state["notes"]),
+        )
+
+    @staticmethod
+    def _observe_learner(learner: dict[str, Any], ldir: Path, now: float) -> LearnerObservation:
+        lid = int(learner["learner_id"])
+        status = _read_json(ldir / "status.json")
+        if status is None:
+            spawned = learner["spawned_at"]
+            if spawned is not None and now - spawned > START_TIMEOUT:
+                return LearnerObservation(lid, "LOST", None, f"learner {lid} did not start")
+            return LearnerObservation(lid, "PENDING")
+        phase = str(status.get("phase"))
+        exit_code = status.get("exit_code")
+        message = status.get("message")
+        if phase in ("COMPLETED", "FAILED", "HALTED"):
+            return LearnerObservation(lid, phase, exit_code, message)
+        pid = status.get("pid")
+        if not isinstance(pid, int) or not _pid_alive(pid):
+            return LearnerObservation(lid, "LOST", None, f"learner {lid} stopped reporting (lost)")
+        return LearnerObservation(lid, phase, exit_code, message)
+
+    # -- stop and clean up -----------------------------------------------------------------
+
+    def stop(self, training_id: str) -> None:
+        tdir = self._dir(training_id)
+        state = _read_json(tdir / "state.json")
+        if state is None:
+            return
+        groups = self._process_groups(state)
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_seconds + 2.0
+        while time.monotonic() < deadline and any(self._group_alive(g) for g in groups):
+            time.sleep(0.05)
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        net = LearnerNetwork.attach(tdir / "net")
+        if net is not None:
+            net.destroy()  # whatever the user's commands started inside the namespaces
+
+    @staticmethod
+    def _process_groups(state: dict[str, Any]) -> list[int]:
+        groups: list[int] = []
+        for learner in state["learners"]:
+            status = _read_json(Path(learner["spec"]).with_name("status.json")) or {}
+            for key in ("pid", "child_pid"):
+                pid = status.get(key)
+                if isinstance(pid, int) and pid > 1 and _pid_alive(pid):
+                    groups.append(pid)
+        return groups
+
+    @staticmethod
+    def _group_alive(pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return _pid_alive(pgid)
+
+    def cleanup(self, training_id: str) -> None:
+        self.stop(training_id)
+        shutil.rmtree(self._dir(training_id), ignore_errors=True)

@@ -1,0 +1,121 @@
+"""What the worker's tasks do: start learners, stop them, wrap a training up.
+
+Each function loads the training by id and is idempotent: a task delivered twice, or
+after a worker restart, does no harm.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tempfile
+from pathlib import Path
+
+from service.db.models import Training
+from service.domain.states import TrainingState
+from service.platform import Platform
+from service.trainings import record_transition
+from worker.backends.base import Backend, StartRequest
+from worker.launchers.plan import TrainingSpec
+
+log = logging.getLogger("dlaas.worker")
+
+
+def training_spec(training: Training, platform: Platform) -> TrainingSpec:
+    framework = training.manifest["framework"]
+    ps = framework.get("parameter_servers")
+    nodes = training.nodes
+    fw = platform.catalog.frameworks.get(training.framework_name)
+    compute = platform.catalog.compute_configurations.get(training.compute_name)
+    return TrainingSpec(
+        training_id=training.id,
+        framework=training.framework_name,
+        version=training.framework_version,
+        command=framework["command"],
+        nodes=nodes,
+        parameter_servers=(1 if ps is None else ps)
+        if training.framework_name == "tensorflow" and nodes > 1
+        else 0,
+        gpus_per_node=compute.gpus if compute else 0,
+        distribution=fw.distribution if fw else "parameter_server",
+    )
+
+
+def results_prefix(training_id: str) -> str:
+    return f"trainings/{training_id}/results/"
+
+
+def launch(platform: Platform, backend: Backend, training_id: str) -> None:
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        if training is None or training.status != TrainingState.PENDING:
+            return
+        if training.stop_requested_at is not None:
+            return
+        request = StartRequest(
+            spec=training_spec(training, platform),
+            model_definition_key=training.model_definition_key,
+            store=platform.learner_store,
+            log_sink=platform.log_sink,
+            results_prefix=results_prefix(training_id),
+        )
+    try:
+        backend.start(request)
+    except Exception as e:
+        log.exception("starting the learners of %s failed", training_id)
+        backend.cleanup(training_id)
+        with platform.sessions() as session:
+            training = session.get(Training, training_id)
+            if training is not None and not TrainingState(training.status).terminal:
+                record_transition(
+                    training, TrainingState.FAILED, f"the learners could not be started: {e}"
+                )
+                session.commit()
+        return
+    # The training may have been stopped while its learners were starting.
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        gone = training is None or TrainingState(training.status).terminal
+    if gone:
+        backend.cleanup(training_id)
+
+
+def stop(backend: Backend, training_id: str) -> None:
+    backend.stop(training_id)
+
+
+def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
+    """Stop what is left (parameter servers, MPI hosts), archive every learner's log to the
+    object store if its wrapper could not, and release the training's resources."""
+    backend.cleanup(training_id)
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        if training is None:
+            return
+        learners = [lr.learner_id for lr in training.learners]
+    archive_logs(platform, training_id, learners)
+
+
+def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> None:
+    prefix = results_prefix(training_id)
+    missing = {
+        i for i in learners if platform.store.stat(f"{prefix}learner-{i}/training-log.txt") is None
+    }
+    if not missing:
+        return
+    lines: dict[int, io.StringIO] = {i: io.StringIO() for i in missing}
+    cursor = None
+    while True:
+        records, cursor = platform.logs.read(training_id, cursor)
+        if not records:
+            break
+        for record in records:
+            if record.learner in lines:
+                lines[record.learner].write(record.render() + "\n")
+    for i, buf in lines.items():
+        with tempfile.NamedTemporaryFile("w", delete=False, suffix=".txt") as tmp:
+            tmp.write(buf.getvalue())
+        try:
+            platform.store.put_file(f"{prefix}learner-{i}/training-log.txt", Path(tmp.name))
+        finally:
+            Path(tmp.name).unlink(missing_ok=True)
