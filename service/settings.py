@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )
+    local_namespaces: bool | None = Field(
+        default=None,
+        description="Give each local learner its own network namespace; unset: when available.",
+    )
     monitor_interval: float = Field(
         default=0.1, gt=0, description="Seconds between two passes of the monitor."
     )

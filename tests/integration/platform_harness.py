@@ -71,11 +71,12 @@ class LivePlatform:
     env: dict[str, str]
     headers: dict[str, str] = field(default_factory=dict)
     worker: subprocess.Popen[bytes] | None = None
+    monitor: subprocess.Popen[bytes] | None = None
 
-    def start_worker(self) -> None:
-        log = open(self.settings.home_dir / "worker.log", "ab")  # noqa: SIM115
-        self.worker = subprocess.Popen(
-            [sys.executable, "-m", "worker"],
+    def _spawn(self, module: str) -> subprocess.Popen[bytes]:
+        log = open(self.settings.home_dir / f"{module}.log", "ab")  # noqa: SIM115
+        return subprocess.Popen(
+            [sys.executable, "-m", module],
             env=self.env,
             stdout=log,
             stderr=log,
@@ -83,10 +84,21 @@ class LivePlatform:
             start_new_session=True,
         )
 
+    def start_worker(self) -> None:
+        self.worker = self._spawn("worker")
+
     def kill_worker(self) -> None:
         assert self.worker is not None
         os.killpg(self.worker.pid, signal.SIGKILL)
         self.worker.wait()
+
+    def start_monitor(self) -> None:
+        self.monitor = self._spawn("worker.monitor")
+
+    def kill_monitor(self) -> None:
+        assert self.monitor is not None
+        os.killpg(self.monitor.pid, signal.SIGKILL)
+        self.monitor.wait()
 
     def submit(self, manifest: dict[str, Any], code: Path | bytes) -> dict[str, Any]:
         archive = code if isinstance(code, bytes) else zip_dir(code)
@@ -136,7 +148,11 @@ class LivePlatform:
 
 
 @contextmanager
-def live_platform(home: Path, database_url: str, **extra: str) -> Iterator[LivePlatform]:
+def live_platform(
+    home: Path, database_url: str, *, monitor_process: bool = False, **extra: str
+) -> Iterator[LivePlatform]:
+    """The platform on `database_url`, with the DLAAS_* settings in `extra`; the monitor
+    runs in a thread, or as a subprocess a test can kill with `monitor_process`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
     env.update(
         DLAAS_HOME=str(home),
@@ -147,13 +163,7 @@ def live_platform(home: Path, database_url: str, **extra: str) -> Iterator[LiveP
         **extra,
     )
     settings = Settings(
-        home=home,
-        database_url=database_url,
-        admin_api_key=ADMIN,
-        stop_grace_seconds=2,
-        monitor_interval=0.1,
-        broker_url=extra.get("DLAAS_BROKER_URL"),
-        log_store_url=extra.get("DLAAS_LOG_STORE_URL"),
+        **{k.removeprefix("DLAAS_").lower(): v for k, v in env.items() if k.startswith("DLAAS_")}
     )
     platform = Platform.from_settings(settings)
     platform.migrate()
@@ -169,12 +179,18 @@ def live_platform(home: Path, database_url: str, **extra: str) -> Iterator[LiveP
         )
         live.headers = {"Authorization": f"Bearer {r.json()['api_key']}"}
         live.start_worker()
-        thread.start()
+        if monitor_process:
+            live.start_monitor()
+        else:
+            thread.start()
         try:
             yield live
         finally:
             stop.set()
-            thread.join(timeout=10)
-            if live.worker is not None and live.worker.poll() is None:
-                live.kill_worker()
+            if thread.is_alive():
+                thread.join(timeout=10)
+            for proc in (live.worker, live.monitor):
+                if proc is not None and proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
             platform.close()

@@ -3,12 +3,14 @@ a Celery worker subprocess, the monitor. No TensorFlow needed here (see test_fra
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.integration.platform_harness import (
     EXAMPLES,
@@ -46,9 +48,22 @@ def manifest(command: str, nodes: int = 1, **extra: Any) -> dict[str, Any]:
     return doc
 
 
+REDIS = "redis://127.0.0.1:6379/14"
+
+
+def cluster_settings(database_url: str) -> dict[str, str]:
+    """On PostgreSQL the platform runs as in a cluster: Redis is the broker and the log."""
+    if not database_url.startswith("postgresql"):
+        return {}
+    redis.Redis.from_url(REDIS).flushdb()
+    return {"DLAAS_BROKER_URL": REDIS, "DLAAS_LOG_STORE_URL": REDIS}
+
+
 @pytest.fixture
-def live(tmp_path: Path) -> Iterator[LivePlatform]:
-    with live_platform(tmp_path / "home", f"sqlite:///{tmp_path / 'dlaas.db'}") as p:
+def live(tmp_path: Path, database_url: str) -> Iterator[LivePlatform]:
+    """The embedded setup (SQLite, a broker directory, log files) and the cluster one
+    (PostgreSQL, Redis)."""
+    with live_platform(tmp_path / "home", database_url, **cluster_settings(database_url)) as p:
         yield p
 
 
@@ -165,3 +180,42 @@ def test_logs_follow_and_metrics(live: LivePlatform) -> None:
     assert {p["learner"] for p in metrics["loss"]} == {1}
     only_2 = live.logs(t["id"], learner=2)
     assert only_2 == ""
+
+
+def test_monitor_killed_mid_training_is_recovered(tmp_path: Path, database_url: str) -> None:
+    extra = cluster_settings(database_url)
+    with live_platform(tmp_path / "home", database_url, monitor_process=True, **extra) as live:
+        t = live.submit(
+            manifest("sleep 3; echo finished", nodes=2, framework={"parameter_servers": 0}), ENV
+        )
+        live.wait_for(t["id"], {"RUNNING"}, timeout=60)
+        live.kill_monitor()
+        time.sleep(4)  # the learners finish while nothing watches them
+        assert live.get(t["id"])["status"] == "RUNNING"
+        live.start_monitor()
+        done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+        assert done["status"] == "COMPLETED", done
+        assert live.logs(t["id"]).count("finished") == 2
+        assert wait_no_processes(t["id"]) == []
+
+
+def test_without_namespaces_learners_share_the_loopback(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'dlaas.db'}"
+    with live_platform(tmp_path / "home", db, DLAAS_LOCAL_NAMESPACES="false") as live:
+        t = live.submit(
+            manifest("python3 print_env.py", nodes=2, framework={"parameter_servers": 0}), ENV
+        )
+        done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+        logs = live.logs(t["id"])
+    assert done["status"] == "COMPLETED", done
+    assert "learner namespaces are unavailable" in done["status_message"]
+    configs = [
+        json.loads(line.split("TF_CONFIG=", 1)[1])
+        for line in logs.splitlines()
+        if "TF_CONFIG=" in line
+    ]
+    workers = configs[0]["cluster"]["worker"]
+    assert len(configs) == 2 and all(c["cluster"]["worker"] == workers for c in configs)
+    hosts = {w.split(":")[0] for w in workers}
+    ports = {w.split(":")[1] for w in workers}
+    assert hosts == {"127.0.0.1"} and len(ports) == 2

@@ -14,6 +14,7 @@ def make_backend(settings: Settings) -> Backend:
             settings.work_dir,
             slots=settings.local_slots,
             stop_grace_seconds=settings.stop_grace_seconds,
+            use_namespaces=settings.local_namespaces,
         )
     raise NotImplementedError(
         f"DLAAS_BACKEND={settings.backend} is not built yet; use DLAAS_BACKEND=local"
