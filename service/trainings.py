@@ -12,12 +12,13 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from service.auth import new_id
-from service.db.models import Learner, StatusEvent, Tenant, Training, utcnow
+from service.auth import TenantRef, new_id
+from service.db.models import Learner, StatusEvent, Training, utcnow
 from service.domain.manifest import Manifest
 from service.domain.states import TrainingState, check_transition
 from service.errors import Conflict
 from service.logs.base import LogStore
+from service.secrets import SecretBox, seal_manifest
 from service.storage.base import ObjectStore
 
 
@@ -28,16 +29,25 @@ def training_prefix(training_id: str) -> str:
 def create_training(
     session: Session,
     store: ObjectStore,
-    tenant: Tenant,
+    tenant: TenantRef,
     manifest: Manifest,
     archive: Path,
     archive_format: str,
+    *,
+    secrets: SecretBox | None = None,
 ) -> Training:
     """Store the code archive and insert the training QUEUED, with one row per learner.
 
-    If anything fails after the archive is stored, the archive is removed again: a
-    refused submission leaves nothing behind.
+    The data-store credentials of the manifest are stored encrypted with `secrets`
+    (required when the manifest has a data or results reference). If anything fails
+    after the archive is stored, the archive is removed again: a refused submission leaves
+    nothing behind.
     """
+    document = manifest.model_dump(mode="json", exclude_none=True)
+    if secrets is not None:
+        document = seal_manifest(document, secrets)
+    elif manifest.training_data_reference or manifest.training_results_reference:
+        raise ValueError("a manifest with data-store credentials needs a SecretBox")
     training_id = new_id()
     key = f"{training_prefix(training_id)}model_definition.{archive_format}"
     now = utcnow()
@@ -52,7 +62,7 @@ def create_training(
         framework_version=manifest.framework.version,
         compute_name=manifest.compute_configuration.name,
         nodes=manifest.nodes,
-        manifest=manifest.model_dump(mode="json", exclude_none=True),
+        manifest=document,
         model_definition_key=key,
         created_at=now,
         updated_at=now,

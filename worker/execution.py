@@ -10,13 +10,16 @@ import io
 import logging
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from service.db.models import Training
 from service.domain.states import TrainingState
 from service.platform import Platform
+from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.trainings import record_transition
 from worker.backends.base import Backend, StartRequest
 from worker.launchers.plan import TrainingSpec
+from worker.learner.spec import BucketLocation, StoreConfig
 
 log = logging.getLogger("dlaas.worker")
 
@@ -45,6 +48,38 @@ def results_prefix(training_id: str) -> str:
     return f"trainings/{training_id}/results/"
 
 
+def user_results_prefix(training_id: str) -> str:
+    """Where a training's results go in the user's results bucket (WML's layout)."""
+    return f"training-{training_id}/"
+
+
+def _bucket(ref: dict[str, Any], box: SecretBox, where: str, prefix: str) -> BucketLocation:
+    ref = open_reference(ref, box)
+    connection = ref["connection"]
+    store = StoreConfig(
+        kind="s3",
+        endpoint=connection["endpoint_url"],
+        access_key=connection["access_key_id"],
+        secret_key=connection["secret_access_key"],
+        bucket=ref[where]["bucket"],
+        region=connection.get("region"),
+    )
+    return BucketLocation(store=store, prefix=prefix)
+
+
+def user_buckets(
+    training: Training, box: SecretBox
+) -> tuple[BucketLocation | None, BucketLocation | None]:
+    """The manifest's data and results buckets, credentials decrypted (SecretsUnreadable
+    if they cannot be)."""
+    data = training.manifest.get("training_data_reference")
+    results = training.manifest.get("training_results_reference")
+    return (
+        _bucket(data, box, "source", data["source"].get("prefix", "")) if data else None,
+        _bucket(results, box, "target", user_results_prefix(training.id)) if results else None,
+    )
+
+
 def launch(platform: Platform, backend: Backend, training_id: str) -> None:
     with platform.sessions() as session:
         training = session.get(Training, training_id)
@@ -52,12 +87,22 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             return
         if training.stop_requested_at is not None:
             return
+        try:
+            training_data, results_target = user_buckets(training, platform.secrets)
+        except SecretsUnreadable as e:
+            record_transition(
+                training, TrainingState.FAILED, f"the learners could not be started: {e}"
+            )
+            session.commit()
+            return
         request = StartRequest(
             spec=training_spec(training, platform),
             model_definition_key=training.model_definition_key,
             store=platform.learner_store,
             log_sink=platform.log_sink,
             results_prefix=results_prefix(training_id),
+            training_data=training_data,
+            results_target=results_target,
         )
     try:
         backend.start(request)

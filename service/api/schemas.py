@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from service.db.models import Tenant, Training
+from service.secrets import masked_reference
 
 
 class TenantCreate(BaseModel):
@@ -70,6 +72,12 @@ class TrainingOut(BaseModel):
     completed_at: datetime | None
     stop_requested: bool
     delete_requested: bool
+    training_data_reference: dict[str, Any] | None = Field(
+        default=None, description="As submitted, with the credentials shown as ***."
+    )
+    training_results_reference: dict[str, Any] | None = Field(
+        default=None, description="As submitted, with the credentials shown as ***."
+    )
 
     @classmethod
     def of(cls, t: Training) -> TrainingOut:
@@ -93,6 +101,10 @@ class TrainingOut(BaseModel):
             completed_at=t.completed_at,
             stop_requested=t.stop_requested_at is not None,
             delete_requested=t.delete_requested_at is not None,
+            training_data_reference=masked_reference(t.manifest.get("training_data_reference")),
+            training_results_reference=masked_reference(
+                t.manifest.get("training_results_reference")
+            ),
         )
 
 

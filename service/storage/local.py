@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tempfile
@@ -10,13 +11,44 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from service.storage.base import ObjectInfo, ObjectNotFound, check_key
+from service.storage.base import ObjectInfo, ObjectNotFound, check_key, directory_prefix
+
+_CHUNK = 1024 * 1024
+_TEMP_PREFIX = ".upload-"
+
+
+class _Window(io.RawIOBase):
+    """Reads at most `remaining` bytes of an open file from its current position."""
+
+    def __init__(self, f: BinaryIO, remaining: int | None) -> None:
+        self._f = f
+        self._remaining = remaining
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        want = len(buffer)
+        if self._remaining is not None:
+            want = min(want, self._remaining)
+        if want <= 0:
+            return 0
+        data = self._f.read(want)
+        buffer[: len(data)] = data
+        if self._remaining is not None:
+            self._remaining -= len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 class LocalObjectStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        self.description = f"the local object store {root}"
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -26,13 +58,26 @@ class LocalObjectStore:
         return ObjectInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
 
     def put_file(self, key: str, path: Path) -> ObjectInfo:
+        with path.open("rb") as src:
+            return self.put_stream(key, src)
+
+    def put_stream(self, key: str, stream: BinaryIO, length: int | None = None) -> ObjectInfo:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         # Write beside the target and rename: readers never see half an object.
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_TEMP_PREFIX)
         try:
-            with os.fdopen(fd, "wb") as out, path.open("rb") as src:
-                shutil.copyfileobj(src, out, 1024 * 1024)
+            written = 0
+            with os.fdopen(fd, "wb") as out:
+                while length is None or written < length:
+                    want = _CHUNK if length is None else min(_CHUNK, length - written)
+                    chunk = stream.read(want)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    written += len(chunk)
+            if length is not None and written != length:
+                raise ValueError(f"{key}: the stream ended after {written} of {length} bytes")
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -42,23 +87,37 @@ class LocalObjectStore:
     def open(self, key: str) -> BinaryIO:
         try:
             return self._path(key).open("rb")
-        except FileNotFoundError as e:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
             raise ObjectNotFound(key) from e
+
+    def open_range(self, key: str, start: int, end: int | None = None) -> BinaryIO:
+        if start < 0 or (end is not None and end < start):
+            raise ValueError(f"invalid byte range [{start}, {end})")
+        f = self.open(key)
+        f.seek(start)
+        return io.BufferedReader(_Window(f, None if end is None else end - start))
 
     def stat(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
         return self._info(key, path) if path.is_file() else None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        base = self.root / check_key(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        directory = directory_prefix(prefix)
+        base = self.root / directory if directory else self.root
         if not base.is_dir():
             return
-        for dirpath, _dirs, files in sorted(os.walk(base)):
-            for name in sorted(files):
-                if name.startswith(".upload-"):
+        found: list[tuple[str, Path]] = []
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                if name.startswith(_TEMP_PREFIX):
                     continue
                 path = Path(dirpath) / name
-                yield self._info(path.relative_to(self.root).as_posix(), path)
+                found.append((path.relative_to(self.root).as_posix(), path))
+        for key, path in sorted(found):  # key order, as S3 lists
+            try:
+                yield self._info(key, path)
+            except FileNotFoundError:  # deleted since the walk
+                continue
 
     def delete_prefix(self, prefix: str) -> int:
         base = self.root / check_key(prefix.rstrip("/"))
@@ -70,3 +129,7 @@ class LocalObjectStore:
         count = sum(len(files) for _d, _s, files in os.walk(base))
         shutil.rmtree(base)
         return count
+
+    def presigned_url(self, key: str, expires_seconds: int = 3600) -> str | None:
+        check_key(key)
+        return None

@@ -357,7 +357,7 @@ def test_an_unsafe_archive_fails_with_a_message(tmp_path: Path) -> None:
     ("overrides", "message"),
     [
         ({"model_definition_key": "trainings/x/missing.zip"}, "is not in the object store"),
-        ({"store": StoreConfig(kind="s3", bucket="b")}, "s3 store not available in this build"),
+        ({"store": StoreConfig(kind="s3", bucket="b")}, "names an S3 store without an endpoint"),
         ({"argv": ["/nonexistent/python"]}, "learner 1 could not start its command"),
     ],
 )

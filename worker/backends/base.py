@@ -11,7 +11,7 @@ from typing import Protocol
 
 from service.domain.lifecycle import LearnerObservation
 from worker.launchers.plan import TrainingSpec
-from worker.learner.spec import LogSinkConfig, StoreConfig
+from worker.learner.spec import BucketLocation, LogSinkConfig, StoreConfig
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,10 @@ class StartRequest:
     store: StoreConfig
     log_sink: LogSinkConfig
     results_prefix: str
+    # The user's data bucket (fetched into DATA_DIR) and results bucket (copied to), with
+    # credentials in clear: backends hand them to learners privately, never in argv or env.
+    training_data: BucketLocation | None = None
+    results_target: BucketLocation | None = None
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,31 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr, field_serializer
 
 
 class StoreConfig(BaseModel):
-    """How to reach the platform's object store (see service.storage)."""
+    """How to reach an object store (see service.storage): the platform's, or a user's
+    bucket. The credentials print as '**********'; only the spec file holds them."""
 
     kind: Literal["local", "s3"]
     root: str | None = None  # local
     endpoint: str | None = None  # s3
-    access_key: str | None = None
-    secret_key: str | None = None
+    access_key: SecretStr | None = None
+    secret_key: SecretStr | None = None
     bucket: str | None = None
     region: str | None = None
+
+    @field_serializer("access_key", "secret_key", when_used="json")
+    def _reveal(self, value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value is not None else None
+
+
+class BucketLocation(BaseModel):
+    """A directory in a user's bucket: training data to fetch, or where results go."""
+
+    store: StoreConfig
+    prefix: str = ""
 
 
 class LogSinkConfig(BaseModel):
@@ -63,6 +75,11 @@ class LearnerSpec(BaseModel):
     # learner-<i>/.
     results_prefix: str
     upload_results: bool = True
+    # The manifest's training_data_reference: downloaded into data_dir (DOWNLOADING).
+    training_data: BucketLocation | None = None
+    # The manifest's training_results_reference: results and logs are also copied there,
+    # under its prefix (training-<id>/), in the layout under results_prefix.
+    results_target: BucketLocation | None = None
     # Rendezvous (MPI launcher learner): create ready_file once the code is in place; wait
     # for every file of wait_for before running the command.
     ready_file: str | None = None
