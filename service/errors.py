@@ -26,6 +26,8 @@ class DlaasError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.errors = errors or []
+        # Response headers that go with the problem (Retry-After on a 429).
+        self.headers: dict[str, str] = {}
 
 
 class ValidationFailed(DlaasError):
@@ -72,3 +74,20 @@ class PayloadTooLarge(DlaasError):
     status = 413
     title = "Payload too large"
     slug = "payload-too-large"
+
+
+class TooManyRequests(DlaasError):
+    status = 429
+    title = "Too many requests"
+    slug = "too-many-requests"
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+        self.headers["Retry-After"] = str(retry_after)
+
+
+class ServiceUnavailable(DlaasError):
+    status = 503
+    title = "Service unavailable"
+    slug = "service-unavailable"

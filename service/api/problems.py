@@ -49,7 +49,9 @@ def _request_field(loc: tuple[Any, ...]) -> str:
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas(request: Request, exc: DlaasError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = dict(exc.headers)
+        if exc.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
         return problem(
             exc.status,
             exc.title,
@@ -57,7 +59,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             slug=exc.slug,
             instance=request.url.path,
             errors=exc.errors,
-            headers=headers,
+            headers=headers or None,
         )
 
     @app.exception_handler(RequestValidationError)

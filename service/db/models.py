@@ -124,3 +124,30 @@ class StatusEvent(Base):
     status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str | None] = mapped_column(Text, default=None)
     at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Deployment(Base):
+    """A trained model served for online scoring (POST /v1/deployments)."""
+
+    __tablename__ = "deployments"
+    __table_args__ = (
+        # GET /v1/deployments: a tenant's deployments, newest first.
+        Index("ix_deployments_tenant_created", "tenant_id", "created_at", "id"),
+        # Scoring processes look for deployments still DEPLOYING.
+        Index("ix_deployments_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    # No foreign key: a deployment serves its own copy of the model (model_key) and outlives
+    # the training it came from.
+    training_id: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    status_message: Mapped[str | None] = mapped_column(Text, default=None)
+    # The SavedModel's signatures once loaded: {"signatures": {name: {inputs, outputs}}}.
+    signatures: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    model_key: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    ready_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -6,11 +6,13 @@ import base64
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiKey, Tenant, Training
+from service.db.models import ApiKey, Deployment, Tenant, Training, utcnow
+from service.domain.deployments import DeploymentState
 
 
 def tenant_for_key_hash(session: Session, key_hash: str) -> Tenant | None:
@@ -75,3 +77,52 @@ def list_trainings(
     if len(rows) > limit:
         return rows[:limit], encode_cursor(rows[limit - 1])
     return rows, None
+
+
+def get_deployment(session: Session, tenant_id: str, deployment_id: str) -> Deployment | None:
+    stmt = select(Deployment).where(
+        Deployment.id == deployment_id, Deployment.tenant_id == tenant_id
+    )
+    return session.scalars(stmt).first()
+
+
+def list_deployments(session: Session, tenant_id: str) -> Sequence[Deployment]:
+    """The tenant's deployments, newest first."""
+    stmt = (
+        select(Deployment)
+        .where(Deployment.tenant_id == tenant_id)
+        .order_by(Deployment.created_at.desc(), Deployment.id.desc())
+    )
+    return session.scalars(stmt).all()
+
+
+def deployments_in_status(session: Session, status: str) -> Sequence[Deployment]:
+    stmt = select(Deployment).where(Deployment.status == status).order_by(Deployment.created_at)
+    return session.scalars(stmt).all()
+
+
+def finish_deploying(
+    session: Session,
+    deployment_id: str,
+    *,
+    status: str,
+    message: str | None,
+    signatures: dict[str, Any] | None,
+) -> bool:
+    """Record how deploying ended, if the deployment is still DEPLOYING (several scoring
+    processes may load the same model; the first to finish records it). Returns whether
+    this call recorded it."""
+    now = utcnow()
+    stmt = (
+        update(Deployment)
+        .where(Deployment.id == deployment_id, Deployment.status == DeploymentState.DEPLOYING)
+        .values(
+            status=status,
+            status_message=message,
+            signatures=signatures,
+            updated_at=now,
+            ready_at=now if status == DeploymentState.READY else None,
+        )
+    )
+    result = session.execute(stmt)
+    return bool(getattr(result, "rowcount", 0))

@@ -1,0 +1,418 @@
+"""Online scoring: predictions through the REST endpoint against calling the same loaded
+model in this process, and dynamic batching on against off.
+
+    python benchmarks/scoring.py [--quick]
+
+Runs the platform on a temporary DLAAS_HOME (the API under uvicorn with scoring in its
+process, a Celery worker, the monitor), trains the models through it (real TensorFlow
+learners), deploys them, and stops the worker and the monitor. A second API process on the
+same home runs with DLAAS_SCORING_BATCHING=false. The load generator is an async httpx
+client at a fixed concurrency. Prints one JSON row per measurement: `{name, value, unit,
+baseline, ratio, detail}`, ratio = value / baseline, each value the median over the
+repeats. What is compared is measured in turn within each repeat (in-process, then the
+endpoint; batching on, then off), so a noisy neighbour hits both alike.
+
+Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1), `mlp`
+(32 inputs, 4 x 1024 relu, 10 outputs) and `wide` (32 inputs, 2 x 4096 relu, 10 outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, Row, free_port, manifest, median, percentile, zip_code
+
+ADMIN = "bench-admin"
+BATCHING_CONCURRENCY = 8
+THROUGHPUT_CONCURRENCY = 4
+
+MLP_CODE = """\
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+
+inputs, width, depth = (int(a) for a in sys.argv[1:4])
+tf.keras.utils.set_random_seed(0)
+layers = [tf.keras.Input(shape=(inputs,), name="x")]
+layers += [tf.keras.layers.Dense(width, activation="relu") for _ in range(depth)]
+model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(10)])
+
+
+class Exported(tf.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec([None, inputs], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": self.model(x, training=False)}
+
+
+module = Exported(model)
+out = os.path.join(os.environ["RESULT_DIR"], "model")
+tf.saved_model.save(module, out, signatures={"serving_default": module.serve})
+print("saved", out, flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    features: int
+    command: str
+    code: bytes
+
+
+def _keras_single() -> bytes:
+    return zip_code({"train.py": (ROOT / "examples" / "keras-single" / "train.py").read_text()})
+
+
+MODELS = (
+    Model("keras-single", 2, "python3 train.py --epochs 1 --samples 256", _keras_single()),
+    Model("mlp", 32, "python3 train.py 32 1024 4", zip_code({"train.py": MLP_CODE})),
+    Model("wide", 32, "python3 train.py 32 4096 2", zip_code({"train.py": MLP_CODE})),
+)
+
+
+@dataclass
+class Sample:
+    """One timed run: throughput and per-call latencies (seconds)."""
+
+    per_second: float
+    latencies: list[float]
+
+
+def summarize(samples: list[Sample]) -> tuple[float, float, float]:
+    """Median over repeats of: throughput, p50 (ms), p99 (ms)."""
+    return (
+        median([s.per_second for s in samples]),
+        median([percentile(s.latencies, 50) for s in samples]) * 1000,
+        median([percentile(s.latencies, 99) for s in samples]) * 1000,
+    )
+
+
+class Bench:
+    """The platform's processes on one DLAAS_HOME: API processes (scoring in-process) by
+    name, and while models are trained, a worker and the monitor."""
+
+    def __init__(self, home: Path, catalog: Path) -> None:
+        self.home = home
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
+        self.env.update(
+            DLAAS_HOME=str(home), DLAAS_ADMIN_API_KEY=ADMIN, DLAAS_CATALOG_FILE=str(catalog)
+        )
+        self.urls: dict[str, str] = {}
+        self.headers: dict[str, str] = {}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, name: str, args: list[str], **settings: str) -> subprocess.Popen[bytes]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *args],
+                env={**self.env, **settings},
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes[name] = proc
+        return proc
+
+    def start_api(self, name: str, **settings: str) -> str:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = self.spawn(
+            name,
+            [
+                "-m", "uvicorn", "--factory", "service.api.app:create_app",
+                "--host", "127.0.0.1", "--port", str(port),
+                "--log-level", "warning", "--no-access-log",
+            ],
+            **settings,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError((self.home / f"{name}.log").read_text()[-3000:])
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    self.urls[name] = url
+                    return url
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} did not start")
+
+    def create_tenant(self, url: str) -> None:
+        r = httpx.post(
+            f"{url}/v1/tenants",
+            json={"name": "bench", "plan": "standard"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        r.raise_for_status()
+        self.headers = {"Authorization": f"Bearer {r.json()['api_key']}"}
+
+    def client(self, url: str) -> httpx.Client:
+        return httpx.Client(base_url=url, headers=self.headers, timeout=60)
+
+    def stop(self, name: str) -> None:
+        proc = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+
+def catalog_file(tmp: Path) -> Path:
+    """The standard plan with a prediction limit the benchmark cannot reach."""
+    path = tmp / "catalog.yaml"
+    plan = {"distributed": True, "max_nodes": 16, "max_concurrent_trainings": 8}
+    plans = {
+        "standard": {**plan, "predictions_per_minute": 10**9},
+        "lite": {**plan, "distributed": False, "max_nodes": 1, "predictions_per_minute": 500},
+    }
+    path.write_text(yaml.safe_dump({"plans": plans}))
+    return path
+
+
+def train_and_deploy(bench: Bench, url: str, model: Model) -> tuple[str, Path]:
+    """Train `model` through the platform and deploy it; the deployment id and where the
+    SavedModel lies in the platform's object store."""
+    with bench.client(url) as http:
+        r = http.post(
+            "/v1/trainings",
+            files={
+                "manifest": ("manifest.yaml", manifest(model.command)),
+                "model_definition": ("code.zip", model.code),
+            },
+        )
+        r.raise_for_status()
+        training_id = r.json()["id"]
+        deadline = time.monotonic() + 300
+        while (t := http.get(f"/v1/trainings/{training_id}").json())["status"] not in (
+            "COMPLETED", "FAILED", "HALTED",
+        ):  # fmt: skip
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"training {model.name} is still {t['status']}")
+            time.sleep(0.1)
+        if t["status"] != "COMPLETED":
+            logs = http.get(f"/v1/trainings/{training_id}/logs").text[-2000:]
+            raise RuntimeError(f"training {model.name} {t['status']}:\n{logs}")
+        r = http.post("/v1/deployments", json={"training_id": training_id, "name": model.name})
+        r.raise_for_status()
+        deployment_id = r.json()["id"]
+        wait_ready(http, deployment_id)
+    model_dir = bench.home / "objects" / "trainings" / training_id / "results" / "model"
+    return deployment_id, model_dir
+
+
+def wait_ready(http: httpx.Client, deployment_id: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        d = http.get(f"/v1/deployments/{deployment_id}").json()
+        if d["status"] == "READY":
+            return
+        if d["status"] == "FAILED":
+            raise RuntimeError(f"deploying {deployment_id} failed: {d['status_message']}")
+        time.sleep(0.05)
+    raise TimeoutError(f"deployment {deployment_id} is not READY")
+
+
+def serving_function(model_dir: Path) -> Any:
+    import tensorflow as tf
+
+    return tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+
+
+def in_process(function: Any, batch: np.ndarray, seconds: float) -> Sample:
+    """Call the loaded SavedModel's serving signature back to back in this process."""
+    import tensorflow as tf
+
+    for _ in range(10):
+        function(x=tf.constant(batch))["y"].numpy()
+    latencies = []
+    start = time.perf_counter()
+    while (now := time.perf_counter()) - start < seconds:
+        function(x=tf.constant(batch))["y"].numpy()
+        latencies.append(time.perf_counter() - now)
+    return Sample(len(latencies) * len(batch) / (time.perf_counter() - start), latencies)
+
+
+async def _load(
+    url: str, headers: dict[str, str], path: str, body: bytes, concurrency: int, seconds: float
+) -> tuple[list[float], float]:
+    """Latencies of the requests sent in `seconds` after a warm-up, and the time taken."""
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {**headers, "Content-Type": "application/json"}
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, limits=limits, timeout=60
+    ) as client:
+
+        async def worker(until: float, record: bool) -> None:
+            while (sent := time.perf_counter()) < until:
+                r = await client.post(path, content=body)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
+                if record:
+                    latencies.append(time.perf_counter() - sent)
+
+        warm_until = time.perf_counter() + 0.25
+        await asyncio.gather(*(worker(warm_until, False) for _ in range(concurrency)))
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(start + seconds, True) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return latencies, elapsed
+
+
+def through_endpoint(
+    bench: Bench,
+    url: str,
+    deployment_id: str,
+    batch: np.ndarray,
+    concurrency: int,
+    seconds: float,
+) -> Sample:
+    """`concurrency` clients, each posting {"instances": batch} as soon as it has its answer."""
+    # Encoded once: the load generator shares the machine with the server.
+    body = orjson.dumps({"instances": batch.tolist()})
+    path = f"/v1/deployments/{deployment_id}/predictions"
+    latencies, elapsed = asyncio.run(_load(url, bench.headers, path, body, concurrency, seconds))
+    return Sample(len(latencies) * len(batch) / elapsed, latencies)
+
+
+def endpoint_vs_in_process(
+    bench: Bench, url: str, model: Model, deployment_id: str, model_dir: Path, args: Any
+) -> list[Row]:
+    """Per batch size: throughput with 1 and with 4 clients, and latency with 1 client,
+    against the loaded model called back to back in this process."""
+    rows = []
+    rng = np.random.default_rng(0)
+    function = serving_function(model_dir)
+    for batch_size in (1, 64):
+        batch = rng.uniform(-1, 1, size=(batch_size, model.features)).astype(np.float32)
+        local, one, many = [], [], []
+        for _ in range(args.repeats):
+            local.append(in_process(function, batch, args.seconds))
+            one.append(through_endpoint(bench, url, deployment_id, batch, 1, args.seconds))
+            many.append(
+                through_endpoint(
+                    bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
+                )
+            )
+        base, c1, cn = summarize(local), summarize(one), summarize(many)
+        prefix = f"scoring_{model.name}_b{batch_size}"
+        measured = (
+            ("predictions_per_s", "predictions/s", cn[0], base[0], THROUGHPUT_CONCURRENCY),
+            ("c1_predictions_per_s", "predictions/s", c1[0], base[0], 1),
+            ("p50", "ms", c1[1], base[1], 1),
+            ("p99", "ms", c1[2], base[2], 1),
+        )
+        for name, unit, value, baseline, concurrency in measured:
+            rows.append(
+                Row(
+                    f"{prefix}_{name}",
+                    round(value, 3),
+                    unit,
+                    baseline=round(baseline, 3),
+                    ratio=round(value / baseline, 3),
+                    detail={
+                        "model": model.name,
+                        "batch": batch_size,
+                        "concurrency": concurrency,
+                        "baseline": "the loaded model called back to back in-process",
+                    },
+                ).emit()
+            )
+    return rows
+
+
+def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any) -> Row:
+    """Batch-1 requests from 8 clients: the API batching, against the one that does not."""
+    batch = np.random.default_rng(1).uniform(-1, 1, size=(1, model.features)).astype(np.float32)
+    on, off = [], []
+    for _ in range(args.repeats):
+        for samples, name in ((on, "batching"), (off, "no-batching")):
+            samples.append(
+                through_endpoint(
+                    bench, bench.urls[name], deployment_id, batch, BATCHING_CONCURRENCY,
+                    args.seconds,
+                )
+            )  # fmt: skip
+    value, baseline = summarize(on), summarize(off)
+    return Row(
+        f"scoring_{model.name}_batching_c{BATCHING_CONCURRENCY}_b1_requests_per_s",
+        round(value[0], 3),
+        "requests/s",
+        baseline=round(baseline[0], 3),
+        ratio=round(value[0] / baseline[0], 3),
+        detail={
+            "model": model.name,
+            "batch": 1,
+            "concurrency": BATCHING_CONCURRENCY,
+            "p50_ms": round(value[1], 3),
+            "baseline_p50_ms": round(baseline[1], 3),
+            "baseline": "the same deployment on an API with DLAAS_SCORING_BATCHING=false",
+        },
+    ).emit()
+
+
+def run(args: Any) -> list[Row]:
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="dlaas-bench-scoring-") as tmp:
+        bench = Bench(Path(tmp) / "home", catalog_file(Path(tmp)))
+        try:
+            url = bench.start_api("batching")
+            bench.create_tenant(url)
+            bench.spawn("worker", ["-m", "worker"])
+            bench.spawn("monitor", ["-m", "worker.monitor"])
+            with ThreadPoolExecutor(len(MODELS)) as pool:  # trained side by side
+                futures = [pool.submit(train_and_deploy, bench, url, m) for m in MODELS]
+                deployed = [f.result() for f in futures]
+            bench.stop("worker")  # nothing else runs while we measure
+            bench.stop("monitor")
+            bench.start_api("no-batching", DLAAS_SCORING_BATCHING="false")
+            with bench.client(bench.urls["no-batching"]) as http:
+                for deployment_id, _ in deployed:
+                    wait_ready(http, deployment_id)
+            for model, (deployment_id, model_dir) in zip(MODELS, deployed, strict=True):
+                rows += endpoint_vs_in_process(bench, url, model, deployment_id, model_dir, args)
+                rows.append(batching_on_vs_off(bench, model, deployment_id, args))
+        finally:
+            bench.stop_all()
+    return rows
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repeats")
+    parsed = parser.parse_args()
+    parsed.seconds = 0.75 if parsed.quick else 1.25
+    parsed.repeats = 2 if parsed.quick else 3
+    run(parsed)

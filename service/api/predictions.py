@@ -1,0 +1,150 @@
+"""Predictions: POST /v1/deployments/{id}/predictions.
+
+Where scoring runs decides which router an app gets: `router` scores in this process
+(the embedded default, and the scoring service itself); `proxy_router` forwards to the
+scoring service at DLAAS_SCORING_URL, which answers with the same code. `serving` is the
+part of an app's lifespan that starts either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import APIRouter, FastAPI, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import _bearer_key, current_tenant
+from service.auth import TenantRef, hash_api_key
+from service.deployments import ScoringTarget, scoring_target
+from service.errors import ServiceUnavailable
+from service.platform import Platform
+from service.scoring.inputs import encode_answer
+from service.scoring.service import ScoringService
+
+_PATH = "/v1/deployments/{deployment_id}/predictions"
+_FORWARDED_HEADERS = ("retry-after", "x-ratelimit-limit", "x-ratelimit-remaining")
+
+# The body is read raw (any content type, numbers parsed once); this documents it.
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "TensorFlow Serving's REST forms: instances (row format) "
+                    "or inputs (columnar), or WML's values (with fields); optional "
+                    "signature_name (default serving_default).",
+                    "properties": {
+                        "signature_name": {"type": "string"},
+                        "instances": {"type": "array", "items": {}},
+                        "inputs": {},
+                        "values": {"type": "array", "items": {}},
+                        "fields": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "example": {"instances": [[1.0, 2.0], [0.5, -1.0]]},
+            }
+        },
+    }
+}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "{predictions}, {outputs} or {fields, values}, as asked"},
+    400: {"description": "The payload does not fit the signature (the field is named)"},
+    404: {"description": "No such deployment of the caller's"},
+    409: {"description": "The deployment is not READY"},
+    429: {"description": "Over the plan's predictions per minute; see Retry-After"},
+}
+
+router = APIRouter(tags=["deployments"])
+
+
+def _authorize(
+    request: Request, scoring: ScoringService, key_hash: str, deployment_id: str
+) -> tuple[TenantRef, ScoringTarget]:
+    """The caller and the READY deployment it asks for, from the database (in a worker
+    thread); remembered for the next requests (see TargetCache)."""
+    platform: Platform = request.app.state.platform
+    with platform.sessions() as session:
+        tenant = current_tenant(request, platform, session)
+        target = scoring_target(session, tenant, deployment_id)
+    scoring.targets.put(key_hash, tenant, target)
+    return tenant, target
+
+
+@router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
+async def create_prediction(deployment_id: str, request: Request) -> Response:
+    """Score instances with the deployed model."""
+    # The hot path: no FastAPI dependencies, and no worker thread once the caller and the
+    # deployment are known.
+    scoring: ScoringService = request.app.state.scoring
+    with scoring.arriving(deployment_id) as arrived:
+        key_hash = hash_api_key(_bearer_key(request))
+        found = scoring.targets.get(key_hash, deployment_id)
+        if found is None:
+            found = await run_in_threadpool(_authorize, request, scoring, key_hash, deployment_id)
+        tenant, target = found
+        body = await request.body()
+        answer, decision = await scoring.predict(tenant, target, body, arrived)
+    return Response(
+        encode_answer(answer),
+        media_type="application/json",
+        headers={
+            "X-RateLimit-Limit": str(decision.limit),
+            "X-RateLimit-Remaining": str(decision.remaining),
+        },
+    )
+
+
+proxy_router = APIRouter(tags=["deployments"])
+
+
+@proxy_router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
+async def create_prediction_forwarded(deployment_id: str, request: Request) -> Response:
+    """Score instances with the deployed model (answered by the scoring service)."""
+    client: httpx.AsyncClient = request.app.state.scoring_client
+    headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
+    try:
+        upstream = await client.post(
+            _PATH.format(deployment_id=quote(deployment_id, safe="")),
+            content=await request.body(),
+            headers=headers,
+        )
+    except httpx.HTTPError as e:
+        raise ServiceUnavailable(
+            f"the scoring service at {client.base_url} did not answer ({type(e).__name__})"
+        ) from e
+    forwarded = {k: v for k, v in upstream.headers.items() if k.lower() in _FORWARDED_HEADERS}
+    return Response(
+        upstream.content,
+        status_code=upstream.status_code,
+        headers=forwarded,
+        media_type=upstream.headers.get("content-type"),
+    )
+
+
+def predictions_router(platform: Platform, *, local: bool = False) -> APIRouter:
+    """The router for where this app's predictions are scored."""
+    return proxy_router if platform.settings.scoring_url and not local else router
+
+
+@asynccontextmanager
+async def serving(app: FastAPI, platform: Platform, *, local: bool = False) -> AsyncIterator[None]:
+    """Start scoring in this process, or the client of the separate scoring service."""
+    url = platform.settings.scoring_url
+    if url and not local:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            app.state.scoring_client = client
+            yield
+        return
+    scoring = ScoringService(platform)
+    app.state.scoring = scoring
+    scoring.start()
+    try:
+        yield
+    finally:
+        await scoring.stop()

@@ -1,0 +1,101 @@
+"""What the API does with deployments: accept one (checking the rule), find the one a
+prediction is for, delete one. No TensorFlow here: the model is loaded by the scoring
+service (service.scoring), in this process or in its own.
+
+Services never commit; the request that calls them owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from service.auth import TenantRef, new_id
+from service.db import repository
+from service.db.models import Deployment, Training, utcnow
+from service.domain.deployments import (
+    SAVED_MODEL_DIR,
+    SAVED_MODEL_FILE,
+    DeploymentState,
+    check_deployable,
+)
+from service.errors import Conflict, NotFound
+from service.scoring.signature import SignatureInfo, signatures_from_json
+from service.storage.base import ObjectStore
+from service.trainings import training_prefix
+
+
+def deployment_prefix(deployment_id: str) -> str:
+    return f"deployments/{deployment_id}/"
+
+
+def training_model_prefix(training_id: str) -> str:
+    """Where a training's SavedModel is among its results."""
+    return f"{training_prefix(training_id)}results/{SAVED_MODEL_DIR}/"
+
+
+def create_deployment(
+    session: Session, store: ObjectStore, tenant: TenantRef, training: Training, name: str | None
+) -> Deployment:
+    """Insert the deployment DEPLOYING; a scoring service copies and loads the model."""
+    has_model = store.stat(f"{training_prefix(training.id)}results/{SAVED_MODEL_FILE}") is not None
+    check_deployable(training.id, training.status, training.framework_name, has_model)
+    deployment_id = new_id()
+    now = utcnow()
+    deployment = Deployment(
+        id=deployment_id,
+        tenant_id=tenant.id,
+        training_id=training.id,
+        name=name or training.name,
+        status=DeploymentState.DEPLOYING,
+        status_message="loading the model",
+        model_key=f"{deployment_prefix(deployment_id)}{SAVED_MODEL_DIR}/",
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(deployment)
+    session.flush()
+    return deployment
+
+
+def owned_deployment(session: Session, tenant: TenantRef, deployment_id: str) -> Deployment:
+    """The caller's deployment; another tenant's is as absent as a missing one (404)."""
+    deployment = repository.get_deployment(session, tenant.id, deployment_id)
+    if deployment is None:
+        raise NotFound(f"deployment {deployment_id} not found")
+    return deployment
+
+
+def delete_deployment(session: Session, store: ObjectStore, deployment: Deployment) -> None:
+    session.delete(deployment)
+    session.flush()
+    store.delete_prefix(deployment_prefix(deployment.id))
+
+
+@dataclass(frozen=True)
+class ScoringTarget:
+    """What a prediction request needs to know of its deployment, detached from the
+    database session."""
+
+    id: str
+    model_key: str
+    signatures: dict[str, SignatureInfo]
+
+
+def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> ScoringTarget:
+    """The READY deployment a prediction is for; 404 if it is not the caller's, 409 while
+    it is not READY."""
+    deployment = owned_deployment(session, tenant, deployment_id)
+    if deployment.status == DeploymentState.DEPLOYING:
+        raise Conflict(
+            f"deployment {deployment_id} is DEPLOYING; it answers predictions once READY"
+        )
+    if deployment.status != DeploymentState.READY:
+        raise Conflict(
+            f"deployment {deployment_id} is {deployment.status} "
+            f"({deployment.status_message}); it answers no predictions"
+        )
+    return ScoringTarget(
+        deployment.id, deployment.model_key, signatures_from_json(deployment.signatures)
+    )

@@ -1,0 +1,47 @@
+"""The scoring service on its own: the predictions route and health, nothing else.
+
+Run it with `python -m service.scoring` where it should scale apart from the API (its own
+Kubernetes Deployment), and point the API at it with DLAAS_SCORING_URL; it reads the same
+DLAAS_* settings (database, object store, rate-limit Redis) as the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api import health, predictions
+from service.api.app import _operation_id
+from service.api.limits import BodySizeLimit
+from service.api.problems import install_problem_handlers
+from service.platform import Platform
+from service.settings import Settings
+
+
+def create_scoring_app(
+    settings: Settings | None = None, platform: Platform | None = None
+) -> FastAPI:
+    platform = platform or Platform.from_settings(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if platform.settings.auto_migrate:
+            platform.migrate()
+        async with predictions.serving(app, platform, local=True):
+            yield
+
+    app = FastAPI(
+        title="DLaaS scoring",
+        version="0.1.0",
+        summary="Predictions of deployed TensorFlow models.",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.platform = platform
+    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(predictions.predictions_router(platform, local=True))
+    return app

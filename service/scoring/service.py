@@ -1,0 +1,317 @@
+"""The scoring service of one process: deploys models, keeps them loaded, answers
+predictions within the tenants' rate limits.
+
+It runs inside the API process (embedded, the default) or alone (`python -m
+service.scoring`, DLAAS_SCORING_URL on the API), where it scales separately. Either way a
+loop looks for DEPLOYING deployments in the database (the API only writes that intent),
+copies the training's SavedModel to the deployment's own place in the object store, loads
+it, warms it up, and records READY with its signatures, or FAILED with the reason. Several
+scoring processes may do this for the same deployment; the first to finish records it.
+Models of READY deployments are loaded in the background when the process starts, and
+unloaded when their deployment is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from service.auth import TenantRef
+from service.db import repository
+from service.db.models import Deployment
+from service.deployments import ScoringTarget, deployment_prefix, training_model_prefix
+from service.domain.deployments import DEPLOYMENT_RULE, SERVING_SIGNATURE, DeploymentState
+from service.errors import (
+    BadRequest,
+    FieldError,
+    Forbidden,
+    NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
+)
+from service.platform import Platform
+from service.scoring.batching import ModelUnloaded, Tensors
+from service.scoring.cache import BatchingConfig, ModelCache, fetch_tree, upload_tree
+from service.scoring.inputs import ScoringRequest, decode_body, parse_request, render
+from service.scoring.ratelimit import RateDecision, make_rate_limiter
+from service.scoring.savedmodel import ModelInputError
+from service.scoring.signature import signatures_to_json
+
+log = logging.getLogger("dlaas.scoring")
+
+_MAX_REASON = 600
+
+
+def _nothing() -> None:
+    return None
+
+
+class DeployFailed(Exception):
+    """Why a deployment cannot serve, in words for its status_message."""
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, DeployFailed):
+        return str(error)
+    first = (str(error).strip().splitlines() or [""])[0]
+    text = f"the model could not be loaded: {type(error).__name__}: {first}"
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
+class TargetCache:
+    """(API key, deployment) -> the caller and the READY deployment, for `ttl` seconds, so
+    the steady stream of predictions does not ask the database about every one. Deleting
+    a deployment in this process forgets it at once; a separate scoring process stops
+    answering for it within `ttl`."""
+
+    def __init__(self, ttl: float = 2.0, size: int = 10_000) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._entries: dict[tuple[str, str], tuple[float, TenantRef, ScoringTarget]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key_hash: str, deployment_id: str) -> tuple[TenantRef, ScoringTarget] | None:
+        entry = self._entries.get((key_hash, deployment_id))
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1], entry[2]
+
+    def put(self, key_hash: str, tenant: TenantRef, target: ScoringTarget) -> None:
+        with self._lock:
+            if len(self._entries) >= self.size:
+                self._entries.clear()
+            self._entries[(key_hash, target.id)] = (time.monotonic() + self.ttl, tenant, target)
+
+    def forget(self, deployment_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._entries if k[1] == deployment_id]:
+                del self._entries[key]
+
+
+class ScoringService:
+    def __init__(self, platform: Platform) -> None:
+        settings = platform.settings
+        self.platform = platform
+        self.cache = ModelCache(
+            platform.store,
+            settings.scoring_dir,
+            BatchingConfig(
+                enabled=settings.scoring_batching,
+                max_batch_size=settings.scoring_max_batch_size,
+                max_wait=settings.scoring_max_wait_ms / 1000,
+                threads=settings.scoring_threads,
+            ),
+        )
+        self.limiter = make_rate_limiter(settings.resolved_rate_limit_url)
+        self.targets = TargetCache()
+        self._jobs = ThreadPoolExecutor(2, thread_name_prefix="deploy")
+        self._scheduled: set[str] = set()
+        self._preloaded: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="scoring-loop", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        self._jobs.shutdown(wait=False, cancel_futures=True)
+        self.cache.close()
+        await self.limiter.close()
+
+    def kick(self) -> None:
+        """Look for work now (a deployment was created or deleted in this process)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        interval = self.platform.settings.scoring_poll_interval
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("scoring: looking for deployments failed")
+            self._wake.wait(interval)
+            self._wake.clear()
+
+    def reconcile(self) -> None:
+        """Deploy what is DEPLOYING, preload what is READY, unload what is gone."""
+        # Only models loaded before the query can be unloaded for not being READY in it.
+        with self._lock:
+            unloadable = set(self.cache.cached_ids()) - self._scheduled
+        with self.platform.sessions() as session:
+            deploying = [
+                d.id for d in repository.deployments_in_status(session, DeploymentState.DEPLOYING)
+            ]
+            ready = {
+                d.id: d.model_key
+                for d in repository.deployments_in_status(session, DeploymentState.READY)
+            }
+        for deployment_id in deploying:
+            self._schedule(deployment_id, self.deploy, deployment_id)
+        for deployment_id, model_key in ready.items():
+            if deployment_id not in self._preloaded:
+                self._preloaded.add(deployment_id)
+                self._schedule(deployment_id, self._preload, deployment_id, model_key)
+        for deployment_id in unloadable - set(ready):
+            self._preloaded.discard(deployment_id)
+            self.forget(deployment_id)
+
+    def _schedule(self, deployment_id: str, job: Any, *args: str) -> None:
+        with self._lock:
+            if deployment_id in self._scheduled:
+                return
+            self._scheduled.add(deployment_id)
+
+        def run() -> None:
+            try:
+                job(*args)
+            except Exception:
+                log.exception("scoring: job for deployment %s failed", deployment_id)
+            finally:
+                with self._lock:
+                    self._scheduled.discard(deployment_id)
+
+        self._jobs.submit(run)
+
+    # ---- deploying ----
+
+    def deploy(self, deployment_id: str) -> None:
+        with self.platform.sessions() as session:
+            deployment = session.get(Deployment, deployment_id)
+            if deployment is None or deployment.status != DeploymentState.DEPLOYING:
+                return
+            training_id, model_key = deployment.training_id, deployment.model_key
+        signatures: dict[str, Any] | None = None
+        try:
+            self._store_model(deployment_id, training_id, model_key)
+            served = self.cache.load(deployment_id, model_key)
+            if SERVING_SIGNATURE not in served.signatures:
+                found = ", ".join(served.signatures) or "none"
+                raise DeployFailed(
+                    f"the SavedModel has no '{SERVING_SIGNATURE}' signature (it has: "
+                    f"{found}); {DEPLOYMENT_RULE}"
+                )
+            signatures = signatures_to_json(served.signatures)
+            status, message = DeploymentState.READY, None
+        except Exception as e:
+            log.warning("scoring: deployment %s failed: %s", deployment_id, e)
+            self.cache.forget(deployment_id)
+            status, message = DeploymentState.FAILED, _reason(e)
+        with self.platform.sessions() as session:
+            recorded = repository.finish_deploying(
+                session, deployment_id, status=status, message=message, signatures=signatures
+            )
+            session.commit()
+            gone = not recorded and session.get(Deployment, deployment_id) is None
+        if gone:  # deleted while it was loading: leave nothing behind
+            self.cache.forget(deployment_id)
+            self.platform.store.delete_prefix(deployment_prefix(deployment_id))
+
+    def _store_model(self, deployment_id: str, training_id: str, model_key: str) -> None:
+        """Copy the training's SavedModel to the deployment's own place, once."""
+        store = self.platform.store
+        if store.stat(f"{model_key}saved_model.pb") is not None:
+            return
+        local = self.cache.local_dir(deployment_id)
+        if not (local / "saved_model.pb").is_file() and not fetch_tree(
+            store, training_model_prefix(training_id), local
+        ):
+            raise DeployFailed(
+                f"the results of training {training_id} no longer hold a SavedModel "
+                "(was the training deleted?)"
+            )
+        upload_tree(store, local, model_key)
+
+    def _preload(self, deployment_id: str, model_key: str) -> None:
+        self.cache.load(deployment_id, model_key)
+
+    def forget(self, deployment_id: str) -> None:
+        self.targets.forget(deployment_id)
+        self.cache.forget(deployment_id)
+
+    # ---- predictions ----
+
+    def plan_limit(self, tenant: TenantRef) -> int:
+        plan = self.platform.catalog.plans.get(tenant.plan)
+        if plan is None:
+            raise Forbidden(f"the plan '{tenant.plan}' is not in the catalog; ask the operator")
+        return plan.predictions_per_minute
+
+    @contextmanager
+    def arriving(self, deployment_id: str) -> Iterator[Callable[[], None]]:
+        """Announce a request to the deployment's batchers (see batching.Arrivals) until
+        it calls the yielded function, which `predict` does once it has submitted it."""
+        served = self.cache.cached(deployment_id)
+        if served is None:
+            yield _nothing
+            return
+        with served.arrivals.coming() as arrived:
+            yield arrived
+
+    async def predict(
+        self,
+        tenant: TenantRef,
+        target: ScoringTarget,
+        body: bytes,
+        arrived: Callable[[], None] | None = None,
+    ) -> tuple[dict[str, Any], RateDecision]:
+        """The answer to a prediction request, and the rate limit it was counted against."""
+        request = parse_request(decode_body(body), target.signatures)
+        limit = self.plan_limit(tenant)
+        if request.rows > limit:
+            field = f"/{request.form}"
+            message = (
+                f"{request.rows} instances are more than the {limit} predictions a minute "
+                f"of the {tenant.plan} plan; send fewer per request"
+            )
+            raise BadRequest(f"{field}: {message}", errors=[FieldError(field, message)])
+        decision = await self.limiter.acquire(tenant.id, limit, request.rows)
+        if not decision.allowed:
+            raise TooManyRequests(
+                f"the {tenant.plan} plan allows {limit} predictions a minute; "
+                f"{decision.remaining} are left in this minute and this request has "
+                f"{request.rows}; retry in {decision.retry_after} s",
+                retry_after=decision.retry_after,
+            )
+        outputs = await self._call(target, request, arrived or _nothing)
+        return render(request, outputs), decision
+
+    async def _call(
+        self, target: ScoringTarget, request: ScoringRequest, arrived: Callable[[], None]
+    ) -> dict[str, Any]:
+        gone = NotFound(f"deployment {target.id} not found")
+        served = self.cache.cached(target.id)
+        if served is None:
+            try:
+                served = await asyncio.to_thread(self.cache.load, target.id, target.model_key)
+            except FileNotFoundError as e:  # deleted meanwhile
+                raise gone from e
+            except Exception as e:
+                log.exception("scoring: loading deployment %s failed", target.id)
+                raise ServiceUnavailable(
+                    f"deployment {target.id} cannot answer now: {_reason(e)}"
+                ) from e
+        tensors: Tensors = request.tensors
+        try:
+            future = served.submit(request.signature.name, tensors, request.rows)
+            arrived()
+            return await asyncio.wrap_future(future)
+        except ModelUnloaded as e:
+            raise gone from e
+        except ModelInputError as e:
+            message = f"the model could not score these inputs: {e}"
+            raise BadRequest(message, errors=[FieldError(f"/{request.form}", str(e))]) from e
