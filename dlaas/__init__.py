@@ -1,0 +1,66 @@
+"""DLaaS: the Python client and the `dlaas` command line.
+
+    from dlaas import Client
+
+Importing it needs none of the server's dependencies (the server is only loaded by
+`dlaas up`).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("dlaas")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0"
+
+from dlaas.client import Client, LogStream
+from dlaas.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    ConnectionFailed,
+    DlaasError,
+    FieldError,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    ServerError,
+    Unauthorized,
+    ValidationError,
+    WaitTimeout,
+)
+from dlaas.models import (
+    Deployment,
+    MetricPoint,
+    ResultFile,
+    Tenant,
+    Training,
+)
+
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "ConnectionFailed",
+    "Deployment",
+    "DlaasError",
+    "FieldError",
+    "Forbidden",
+    "LogStream",
+    "MetricPoint",
+    "NotFound",
+    "PayloadTooLarge",
+    "RateLimited",
+    "ResultFile",
+    "ServerError",
+    "Tenant",
+    "Training",
+    "Unauthorized",
+    "ValidationError",
+    "WaitTimeout",
+    "__version__",
+]

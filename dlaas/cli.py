@@ -1,22 +1,248 @@
-"""The `dlaas` command line."""
+"""The `dlaas` command line: a thin layer over `dlaas.Client`.
+
+Tables and colour for people; `--json` prints one JSON document on stdout for scripts
+(progress bars and followed logs then go to stderr). Every failure exits non-zero with the
+API's message and the offending fields on stderr, never a traceback; with `--json` the
+problem document is also printed on stdout.
+
+The API and key come from `--url` / `--api-key`, else DLAAS_URL / DLAAS_API_KEY, else the
+client configuration `dlaas up` writes (see dlaas.config).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+import json
+import os
+import sys
+import tarfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
 
-app = typer.Typer(
+from dlaas.client import Client, ProgressCallback
+from dlaas.config import dlaas_home
+from dlaas.errors import ApiError, DlaasError
+from dlaas.models import Deployment, Tenant, Training
+
+# soft_wrap: long messages stay on one line (greppable), tables still fit the width.
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+STATUS_STYLE = {
+    "COMPLETED": "bold green",
+    "READY": "bold green",
+    "FAILED": "bold red",
+    "HALTED": "bold yellow",
+    "RUNNING": "bold cyan",
+    "STORING": "cyan",
+    "DOWNLOADING": "cyan",
+    "DEPLOYING": "cyan",
+    "PENDING": "blue",
+    "QUEUED": "blue",
+}
+
+
+class _State:
+    """What the error handler needs to know about the command that failed."""
+
+    json = False
+
+
+_state = _State()
+
+
+def _report(error: BaseException) -> NoReturn:
+    """Print a failure for people (stderr) and, with --json, for scripts (stdout); exit 1."""
+    if isinstance(error, ApiError):
+        if _state.json:
+            _emit(error.problem)
+        head = f"{error.title} (HTTP {error.status})"
+        if error.errors:
+            err.print(f"[bold red]error:[/] {escape(head)}")
+            for field in error.errors:
+                err.print(f"  [bold]{escape(field.field)}[/]: {escape(field.message)}")
+        else:
+            err.print(f"[bold red]error:[/] {escape(head)}: {escape(error.detail)}")
+    else:
+        message = error.message if isinstance(error, DlaasError) else str(error)
+        if _state.json:
+            _emit({"title": type(error).__name__, "detail": message})
+        err.print(f"[bold red]error:[/] {escape(message)}")
+    raise SystemExit(1)
+
+
+class _App(typer.Typer):
+    """A Typer app whose expected failures end in a message and exit code 1."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except (DlaasError, OSError, tarfile.TarError) as e:
+            if isinstance(e, BrokenPipeError):  # `dlaas logs ... | head`
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise SystemExit(0) from None
+            _report(e)
+
+
+app = _App(
     name="dlaas",
     help="Distributed deep-learning training as a service.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+deployments_app = _App(help="Online deployments of trained models.", no_args_is_help=True)
+tenants_app = _App(help="Tenants and their API keys (admin key).", no_args_is_help=True)
+app.add_typer(deployments_app, name="deployments")
+app.add_typer(tenants_app, name="tenants")
+
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
+]
+
+
+class _Connection:
+    def __init__(self, url: str | None, api_key: str | None) -> None:
+        self.url = url
+        self.api_key = api_key
 
 
 @app.callback()
-def main() -> None:
+def main(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None, typer.Option(help="The API (default DLAAS_URL, then the client config).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="Your key (default DLAAS_API_KEY, then the client config).")
+    ] = None,
+) -> None:
     """Distributed deep-learning training as a service."""
+    ctx.obj = _Connection(url, api_key)
+
+
+def _client(ctx: typer.Context, api_key: str | None = None) -> Client:
+    conn: _Connection = ctx.obj if isinstance(ctx.obj, _Connection) else _Connection(None, None)
+    return Client(conn.url, api_key or conn.api_key)
+
+
+# -- output helpers ------------------------------------------------------------------------
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _emit(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, default=_default) + "\n")
+    sys.stdout.flush()
+
+
+def _status(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+@contextmanager
+def _transfer(description: str) -> Iterator[ProgressCallback]:
+    """A progress bar on stderr (shown on a terminal only) fed by the client's callback."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _spinner(message: str) -> Any:
+    return err.status(message) if err.is_terminal else nullcontext()
+
+
+def _show_training(training: Training) -> None:
+    out.print(
+        f"[bold]Training {escape(training.id)}[/]  {escape(training.name)}"
+        + (f"  [dim]{escape(training.description)}[/]" if training.description else "")
+    )
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    status = _status(training.status)
+    if training.status_message:
+        status += f"  {escape(training.status_message)}"
+    grid.add_row("status", status)
+    grid.add_row("framework", escape(f"{training.framework.name} {training.framework.version}"))
+    compute = training.compute_configuration
+    grid.add_row("compute", escape(f"{compute.name} x {compute.nodes}"))
+    grid.add_row("created", _when(training.created_at))
+    grid.add_row("started", _when(training.started_at))
+    grid.add_row("completed", _when(training.completed_at))
+    out.print(grid)
+    if training.learners:
+        learners = Table(title="Learners", title_justify="left", box=None)
+        learners.add_column("learner", justify="right")
+        learners.add_column("status")
+        learners.add_column("exit code", justify="right")
+        for lr in training.learners:
+            code = "-" if lr.exit_code is None else str(lr.exit_code)
+            learners.add_row(str(lr.learner_id), _status(lr.status), code)
+        out.print(learners)
+    if training.status_history:
+        history = Table(title="History", title_justify="left", box=None)
+        history.add_column("time")
+        history.add_column("status")
+        history.add_column("message")
+        for event in training.status_history:
+            history.add_row(_when(event.at), _status(event.status), escape(event.message or ""))
+        out.print(history)
+
+
+def _follow(client: Client, training_id: str, *, learner: int | None = None) -> None:
+    """Print the training's log lines as they come, until it has ended (stdout, or stderr
+    under --json so stdout keeps one document)."""
+    stream = sys.stderr if _state.json else sys.stdout
+    with client.trainings.logs(training_id, follow=True, learner=learner) as lines:
+        for line in lines:
+            stream.write(line + "\n")
+            stream.flush()
+
+
+# -- trainings -----------------------------------------------------------------------------
 
 
 @app.command()
@@ -25,11 +251,428 @@ def up(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
 ) -> None:
     """Run the platform on this machine: the API, a worker and the monitor (SQLite, a local
-    object store and local learners unless DLAAS_* settings say otherwise)."""
+    object store and local learners unless DLAAS_* settings say otherwise). Ctrl-C stops it;
+    the next `dlaas up` resumes."""
     # Lazy: the client and the other commands must not need the server's dependencies.
-    from service.embedded import serve
+    from service.embedded import EmbeddedError, serve
 
-    serve(host, port, echo=typer.echo)
+    try:
+        serve(host, port, echo=typer.echo)
+    except EmbeddedError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}")
+        raise SystemExit(1) from None
+
+
+@app.command()
+def train(
+    ctx: typer.Context,
+    manifest: Annotated[
+        Path, typer.Argument(help="The manifest (YAML or JSON).", exists=True, dir_okay=False)
+    ],
+    code: Annotated[
+        Path, typer.Argument(help="The code: a directory, or a .zip / .tar.gz.", exists=True)
+    ],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the logs until the training ends.")
+    ] = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Submit a training. With --follow, stream its logs and exit non-zero unless it
+    completes."""
+    _state.json = json_
+    with _client(ctx) as client:
+        with _transfer(f"uploading {code.name}") as progress:
+            training = client.trainings.create(manifest, code, progress=progress)
+        if not json_:
+            out.print(
+                f"Training [bold]{escape(training.id)}[/] ({escape(training.name)}) "
+                f"submitted: {_status(training.status)}"
+            )
+        if not follow:
+            if json_:
+                _emit(training.raw)
+            else:
+                out.print(f"Follow it with: dlaas logs {training.id} --follow")
+            return
+        _follow(client, training.id)
+        final = client.trainings.wait(training.id, poll_interval=0.5)
+    if json_:
+        _emit(final.raw)
+    else:
+        message = f"  {escape(final.status_message)}" if final.status_message else ""
+        out.print(f"Training {escape(final.id)} {_status(final.status)}{message}")
+    if not final.succeeded:
+        raise SystemExit(1)
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only trainings in this state.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Your trainings, newest first."""
+    _state.json = json_
+    with _client(ctx) as client:
+        trainings = client.trainings.list(status=status, limit=limit)
+    if json_:
+        _emit([t.raw for t in trainings])
+        return
+    if not trainings:
+        out.print("No trainings yet. Submit one with: dlaas train MANIFEST CODE")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "STATUS", "FRAMEWORK", "NODES", "CREATED"):
+        table.add_column(column)
+    for t in trainings:
+        table.add_row(
+            escape(t.id),
+            escape(t.name),
+            _status(t.status),
+            escape(f"{t.framework.name} {t.framework.version}"),
+            str(t.compute_configuration.nodes),
+            _when(t.created_at),
+        )
+    out.print(table)
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """A training's status, learners and history."""
+    _state.json = json_
+    with _client(ctx) as client:
+        training = client.trainings.get(training_id)
+    if json_:
+        _emit(training.raw)
+    else:
+        _show_training(training)
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep streaming until the training ends.")
+    ] = False,
+    learner: Annotated[int | None, typer.Option(min=1, help="Only this learner (1..N).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only lines from this time on (ISO 8601 or epoch s).")
+    ] = None,
+) -> None:
+    """A training's logs: `<time> [learner <i>] <line>` for every learner's output."""
+    with (
+        _client(ctx) as client,
+        client.trainings.logs(training_id, follow=follow, learner=learner, since=since) as lines,
+    ):
+        for line in lines:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+@app.command()
+def metrics(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """The evaluation metrics read from a training's logs (the manifest's
+    evaluation_metrics)."""
+    _state.json = json_
+    with _client(ctx) as client:
+        found = client.trainings.metrics(training_id)
+    if json_:
+        _emit({name: [dataclasses.asdict(p) for p in points] for name, points in found.items()})
+        return
+    if not found:
+        out.print("This training's manifest defines no evaluation_metrics.")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("METRIC", "LEARNER", "STEP", "VALUE", "TIME"):
+        table.add_column(column, justify="right" if column in ("STEP", "VALUE") else "left")
+    for name, points in found.items():
+        if not points:
+            table.add_row(escape(name), "-", "-", "[dim]no values yet[/]", "-")
+        for p in points:
+            step = "-" if p.step is None else str(p.step)
+            table.add_row(escape(name), str(p.learner), step, f"{p.value:.6g}", _when(p.timestamp))
+    out.print(table)
+
+
+@app.command()
+def stop(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """Stop a training (its learners get SIGTERM, then SIGKILL)."""
+    _state.json = json_
+    with _client(ctx) as client:
+        training = client.trainings.stop(training_id)
+    if json_:
+        _emit(training.raw)
+    elif training.status == "HALTED":
+        out.print(f"Training {escape(training.id)} {_status('HALTED')}")
+    else:
+        out.print(f"Stopping training {escape(training.id)}: its learners are being stopped")
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """Delete a training with its code, results and logs (stopping it first)."""
+    _state.json = json_
+    with _client(ctx) as client:
+        client.trainings.delete(training_id)
+    if json_:
+        _emit({"id": training_id, "deleted": True})
+    else:
+        out.print(f"Deleted training {escape(training_id)}")
+
+
+@app.command()
+def download(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    dest: Annotated[
+        Path | None,
+        typer.Argument(help="Directory to write the results into (default ./ID).", file_okay=False),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Download a training's results (the model, files it wrote, every learner's log)."""
+    _state.json = json_
+    target = dest if dest is not None else Path(training_id)
+    with _client(ctx) as client, _transfer(f"downloading {training_id}") as progress:
+        files = client.trainings.download(training_id, target, progress=progress)
+    root = target.resolve()
+    relative = [str(f.relative_to(root)) for f in files]
+    if json_:
+        _emit({"training_id": training_id, "dest": str(root), "files": relative})
+        return
+    out.print(f"Downloaded {len(files)} file(s) to [bold]{escape(str(target))}[/]")
+    for name in relative[:20]:
+        out.print(f"  {escape(name)}")
+    if len(relative) > 20:
+        out.print(f"  ... and {len(relative) - 20} more")
+
+
+# -- deployments ---------------------------------------------------------------------------
+
+
+def _show_deployment(deployment: Deployment) -> None:
+    message = f"  {escape(deployment.status_message)}" if deployment.status_message else ""
+    name = f" ({escape(deployment.name)})" if deployment.name else ""
+    out.print(
+        f"Deployment [bold]{escape(deployment.id)}[/]{name} of training "
+        f"{escape(deployment.training_id)}: {_status(deployment.status)}{message}"
+    )
+
+
+@app.command()
+def deploy(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="TRAINING_ID")],
+    name: Annotated[str | None, typer.Option(help="A name for the deployment.")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait until it is READY (or FAILED).")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for READY.")] = 300.0,
+    json_: JsonFlag = False,
+) -> None:
+    """Deploy a completed training's SavedModel for online scoring."""
+    _state.json = json_
+    with _client(ctx) as client:
+        deployment = client.deployments.create(training_id, name=name)
+        if wait and not deployment.final:
+            with _spinner(f"deploying {deployment.id}"):
+                deployment = client.deployments.wait(deployment.id, timeout)
+    if json_:
+        _emit(deployment.raw)
+    else:
+        _show_deployment(deployment)
+        if deployment.ready:
+            out.print(f"Score with: dlaas predict {deployment.id} --input FILE")
+    if deployment.status == "FAILED":
+        raise SystemExit(1)
+
+
+def _read_instances(source: str) -> list[Any]:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        document = json.loads(text)
+    except ValueError as e:
+        raise typer.BadParameter(f"not JSON: {e}", param_hint="--input") from None
+    if isinstance(document, dict) and isinstance(document.get("instances"), list):
+        return list(document["instances"])
+    if isinstance(document, list):
+        return document
+    raise typer.BadParameter(
+        'expected {"instances": [...]} or a JSON list of instances', param_hint="--input"
+    )
+
+
+@app.command()
+def predict(
+    ctx: typer.Context,
+    deployment_id: Annotated[str, typer.Argument(metavar="DEPLOYMENT_ID")],
+    input_: Annotated[
+        str,
+        typer.Option(
+            "--input",
+            "-i",
+            help='JSON file with {"instances": [...]} or a list of instances; - for stdin.',
+        ),
+    ],
+    json_: JsonFlag = False,
+) -> None:
+    """Score instances with a deployed model; prints the predictions."""
+    _state.json = json_
+    instances = _read_instances(input_)
+    with _client(ctx) as client:
+        predictions = client.deployments.predict(deployment_id, instances)
+    if json_:
+        _emit({"predictions": predictions})
+        return
+    if isinstance(predictions, list) and len(predictions) == len(instances):
+        table = Table(box=None, header_style="bold")
+        table.add_column("INPUT")
+        table.add_column("PREDICTION")
+        for instance, prediction in zip(instances, predictions, strict=True):
+            table.add_row(escape(json.dumps(instance)), escape(json.dumps(prediction)))
+        out.print(table)
+    else:
+        out.print_json(data=predictions)
+
+
+@deployments_app.command("list")
+def deployments_list(ctx: typer.Context, json_: JsonFlag = False) -> None:
+    """Your deployments."""
+    _state.json = json_
+    with _client(ctx) as client:
+        found = client.deployments.list()
+    if json_:
+        _emit([d.raw for d in found])
+        return
+    if not found:
+        out.print("No deployments. Deploy a completed training with: dlaas deploy TRAINING_ID")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "TRAINING", "STATUS", "CREATED"):
+        table.add_column(column)
+    for d in found:
+        table.add_row(
+            escape(d.id),
+            escape(d.name or ""),
+            escape(d.training_id),
+            _status(d.status),
+            _when(d.created_at),
+        )
+    out.print(table)
+
+
+@deployments_app.command("show")
+def deployments_show(
+    ctx: typer.Context,
+    deployment_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """A deployment's status."""
+    _state.json = json_
+    with _client(ctx) as client:
+        deployment = client.deployments.get(deployment_id)
+    if json_:
+        _emit(deployment.raw)
+    else:
+        _show_deployment(deployment)
+
+
+@deployments_app.command("delete")
+def deployments_delete(
+    ctx: typer.Context,
+    deployment_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_: JsonFlag = False,
+) -> None:
+    """Remove a deployment."""
+    _state.json = json_
+    with _client(ctx) as client:
+        client.deployments.delete(deployment_id)
+    if json_:
+        _emit({"id": deployment_id, "deleted": True})
+    else:
+        out.print(f"Deleted deployment {escape(deployment_id)}")
+
+
+# -- tenants (admin) -----------------------------------------------------------------------
+
+AdminKey = Annotated[
+    str | None,
+    typer.Option(
+        help="The admin key (default DLAAS_ADMIN_API_KEY, then $DLAAS_HOME/admin_api_key)."
+    ),
+]
+
+
+def _admin_key(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    if env := os.environ.get("DLAAS_ADMIN_API_KEY"):
+        return env
+    path = dlaas_home() / "admin_api_key"
+    try:
+        return path.read_text().strip()
+    except OSError:
+        raise DlaasError(
+            f"no admin key: pass --admin-key, set DLAAS_ADMIN_API_KEY, or run this where "
+            f"`dlaas up` keeps {path}"
+        ) from None
+
+
+def _tenants_table(tenants: Sequence[Tenant]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "PLAN", "CREATED"):
+        table.add_column(column)
+    for t in tenants:
+        table.add_row(escape(t.id), escape(t.name), escape(t.plan), _when(t.created_at))
+    return table
+
+
+@tenants_app.command("create")
+def tenants_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The tenant's name.")],
+    plan: Annotated[str, typer.Option(help="Its plan: lite or standard by default.")],
+    admin_key: AdminKey = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Create a tenant; prints its API key, shown this once."""
+    _state.json = json_
+    with _client(ctx, api_key=_admin_key(admin_key)) as client:
+        tenant = client.tenants.create(name, plan)
+    if json_:
+        _emit(tenant.raw)
+        return
+    out.print(f"Tenant [bold]{escape(tenant.name)}[/] created on the {escape(tenant.plan)} plan.")
+    out.print("Its API key (shown once, keep it):")
+    out.print(f"  export DLAAS_API_KEY={tenant.api_key}", soft_wrap=True)
+
+
+@tenants_app.command("list")
+def tenants_list(ctx: typer.Context, admin_key: AdminKey = None, json_: JsonFlag = False) -> None:
+    """Every tenant."""
+    _state.json = json_
+    with _client(ctx, api_key=_admin_key(admin_key)) as client:
+        tenants = client.tenants.list()
+    if json_:
+        _emit([t.raw for t in tenants])
+    else:
+        out.print(_tenants_table(tenants))
 
 
 if __name__ == "__main__":

@@ -1,69 +1,165 @@
-"""`dlaas up` as a user runs it: a subprocess on the embedded defaults, driven over HTTP."""
+"""`dlaas up` as a user runs it: a subprocess on the embedded defaults, driven over HTTP and
+through the Python client; its shutdown on Ctrl-C and what the next start resumes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import redis
+from sqlalchemy import text
 
+from dlaas import Client
+from service.db.models import Base
+from service.db.session import make_engine
 from tests.conftest import CODE_ZIP, manifest_yaml
+from tests.integration.platform_harness import training_processes
 
 pytestmark = pytest.mark.e2e
 
+ROOT = Path(__file__).resolve().parents[2]
+ENV_CODE = ROOT / "examples" / "env"
+DLAAS = str(Path(sys.executable).with_name("dlaas"))
 
-def _free_port() -> int:
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
 
 
-@pytest.fixture
-def dlaas_up(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
-    port = _free_port()
-    home = tmp_path / "home"
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """The caller's environment without DLAAS_* settings, on `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
-    env["DLAAS_HOME"] = str(home)
-    dlaas = Path(sys.executable).with_name("dlaas")
+    env.update(DLAAS_HOME=str(home), DLAAS_STOP_GRACE_SECONDS="2", **extra)
+    return env
+
+
+@dataclass
+class Up:
+    """A running `dlaas up` subprocess; its output is collected as it comes."""
+
+    url: str
+    home: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def client(self) -> Client:
+        """A client as the `local` tenant, from the config `dlaas up` wrote."""
+        config = json.loads((self.home / "client.json").read_text())
+        return Client(self.url, config["api_key"])
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_up(home: Path, port: int | None = None, **extra: str) -> Up:
+    """`dlaas up` on `home`, healthy; DLAAS_* settings in `extra`."""
+    port = port or free_port()
+    env = clean_env(home, **extra)
     proc = subprocess.Popen(
-        [str(dlaas), "up", "--port", str(port)],
+        [DLAAS, "up", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    url = f"http://127.0.0.1:{port}"
+    up = Up(f"http://127.0.0.1:{port}", home, env, proc)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            up.lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"dlaas up did not become healthy:\n{proc.communicate()[0]}")
+        if proc.poll() is not None:
+            pytest.fail(f"dlaas up exited with {proc.returncode}:\n{up.output}")
+        if "DLaaS is up" in up.output:
+            try:
+                if httpx.get(f"{up.url}/healthz").status_code == 200:
+                    return up
+            except httpx.TransportError:
+                pass
+        time.sleep(0.05)
+    up.kill()
+    pytest.fail(f"dlaas up did not become healthy:\n{up.output}")
+
+
+@pytest.fixture
+def dlaas_up(tmp_path: Path) -> Iterator[Up]:
+    up = start_up(tmp_path / "home")
     try:
-        yield url, home, proc
+        yield up
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        up.kill()
 
 
-def test_dlaas_up_serves_the_api_on_embedded_defaults(
-    dlaas_up: tuple[str, Path, subprocess.Popen[str]],
-) -> None:
-    url, home, proc = dlaas_up
+def slow(seconds: float, name: str = "slow") -> dict[str, Any]:
+    return {
+        "name": name,
+        "framework": {
+            "name": "tensorflow",
+            "version": "2.21",
+            "command": f"python3 slow.py --seconds {seconds}",
+        },
+        "compute_configuration": {"name": "K80", "nodes": 1},
+    }
+
+
+def wait_status(client: Client, training_id: str, status: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (now := client.trainings.get(training_id)).status != status:
+        assert not now.terminal and time.monotonic() < deadline, now
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie nobody reaped yet does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The children of `dlaas up` (its Celery worker)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        children.extend(int(c) for c in text)
+    return children
+
+
+def test_dlaas_up_serves_the_api_on_embedded_defaults(dlaas_up: Up) -> None:
+    url, home, proc = dlaas_up.url, dlaas_up.home, dlaas_up.proc
     key_file = home / "admin_api_key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     admin = {"Authorization": f"Bearer {key_file.read_text().strip()}"}
@@ -81,7 +177,129 @@ def test_dlaas_up_serves_the_api_on_embedded_defaults(
     assert (home / "objects" / "trainings" / training / "model_definition.zip").is_file()
     assert httpx.get(f"{url}/readyz").status_code == 200
 
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
-    assert f"{url}" in out and str(key_file) in out
+    # First start: a `local` tenant, and a client config (0600) that the client falls back to.
+    config_file = home / "client.json"
+    assert stat.S_IMODE(config_file.stat().st_mode) == 0o600
+    config = json.loads(config_file.read_text())
+    assert config["url"] == url and config["tenant"] == "local"
+    code = "from dlaas import Client; c = Client(); print(c.url, len(c.trainings.list()))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=dlaas_up.env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [url, "0"]  # the local tenant's trainings: none yet
+    plans = {t.name: t.plan for t in Client(url, admin["Authorization"][7:]).tenants.list()}
+    assert plans == {"local": "standard", "me": "standard"}
+
+    # A second `dlaas up` on the same home is refused while this one runs.
+    second = subprocess.run(
+        [DLAAS, "up", "--port", str(free_port())],
+        env=dlaas_up.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert "another `dlaas up`" in second.stderr and "Traceback" not in second.stderr
+
+    assert dlaas_up.stop(signal.SIGINT, timeout=30) == 0, dlaas_up.output
+    assert proc.returncode == 0
+    output = dlaas_up.output
+    assert url in output and str(key_file) in output and str(config_file) in output
+
+
+def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [DLAAS, "up", "--port", str(port)],
+            env=clean_env(tmp_path / "home"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_halts_running_trainings_and_the_next_up_resumes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    up = start_up(home, DLAAS_LOCAL_SLOTS="1")  # one learner at a time: the second queues
+    try:
+        with up.client() as client:
+            running = client.trainings.create(slow(60, "interrupted"), ENV_CODE)
+            queued = client.trainings.create(slow(0.5, "waits"), ENV_CODE)
+            wait_status(client, running.id, "RUNNING")
+            assert client.trainings.get(queued.id).status == "QUEUED"
+        assert training_processes(running.id)
+        started = time.monotonic()
+        assert up.stop(signal.SIGINT) == 0, up.output
+        assert time.monotonic() - started < 30
+        assert f"halted 1 running training(s): {running.id}" in up.output
+        assert training_processes(running.id) == []
+    finally:
+        up.kill()
+
+    config = json.loads((home / "client.json").read_text())
+    up = start_up(home, DLAAS_LOCAL_SLOTS="1")
+    try:
+        # The tenant and its key are kept; the config follows the new port.
+        again = json.loads((home / "client.json").read_text())
+        assert again["api_key"] == config["api_key"] and again["url"] == up.url
+        with up.client() as client:
+            halted = client.trainings.get(running.id)
+            assert halted.status == "HALTED"
+            assert halted.status_message and "the platform was shut down" in (halted.status_message)
+            assert [lr.status for lr in halted.learners] == ["HALTED"]
+            assert any("tick=0" in line for line in client.trainings.logs(running.id))
+            done = client.trainings.wait(queued.id, timeout=60, poll_interval=0.1)
+            assert done.status == "COMPLETED", done
+        assert up.stop() == 0
+    finally:
+        up.kill()
+
+
+REDIS = "redis://127.0.0.1:6379/12"
+
+
+@pytest.fixture
+def cluster_services(postgres_url: str) -> dict[str, str]:
+    """DLAAS_* settings for PostgreSQL (this run's database, emptied) and Redis."""
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:
+        tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {tables} CASCADE"))
+    engine.dispose()
+    redis.Redis.from_url(REDIS).flushdb()
+    return {"DLAAS_DATABASE_URL": postgres_url, "DLAAS_BROKER_URL": REDIS}
+
+
+@pytest.mark.integration
+def test_the_worker_is_restarted_and_dies_with_dlaas_up(
+    tmp_path: Path, cluster_services: dict[str, str]
+) -> None:
+    # On the cluster's services: PostgreSQL, Redis as the broker and the live log.
+    up = start_up(tmp_path / "home", **cluster_services)
+    try:
+        assert not (tmp_path / "home" / "dlaas.db").exists()
+        [worker] = worker_pids(up.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while worker_pids(up.proc.pid) in ([], [worker]):
+            assert time.monotonic() < deadline, up.output
+            time.sleep(0.1)
+        [restarted] = worker_pids(up.proc.pid)
+        assert "the worker exited" in up.output
+        with up.client() as client:
+            t = client.trainings.create(slow(0.5), ENV_CODE)
+            assert client.trainings.wait(t.id, timeout=60, poll_interval=0.1).succeeded
+        up.proc.kill()  # no chance to clean up: the kernel stops the worker
+        up.proc.wait()
+        deadline = time.monotonic() + 10
+        while alive(restarted) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(restarted)
+    finally:
+        up.kill()

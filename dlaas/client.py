@@ -1,0 +1,600 @@
+"""The DLaaS Python client: trainings, deployments and tenants over the REST API.
+
+    from dlaas import Client
+
+    client = Client()  # DLAAS_URL / DLAAS_API_KEY, else the config `dlaas up` wrote
+    training = client.trainings.create("manifests/06-quickstart.yaml", "examples/quickstart")
+    for line in client.trainings.logs(training.id, follow=True):
+        print(line)
+    done = client.trainings.wait(training.id)
+    deployment = client.deployments.wait(client.deployments.create(done.id).id)
+    print(client.deployments.predict(deployment.id, [[1.0, 2.0]]))
+
+It is synchronous (httpx) and needs none of the server's dependencies. Every method raises
+a `dlaas.errors.DlaasError`: an `ApiError` subclass for what the API refused (mapped from
+its problem+json: `NotFound`, `ValidationError` with the offending fields, ...), or
+`ConnectionFailed` when the API could not be reached.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+import httpx
+
+from dlaas import __version__
+from dlaas.config import DEFAULT_URL, load_config
+from dlaas.errors import (
+    ApiError,
+    ConnectionFailed,
+    DlaasError,
+    Unauthorized,
+    WaitTimeout,
+    error_from_response,
+)
+from dlaas.models import Deployment, MetricPoint, ResultFile, Tenant, Training
+
+ProgressCallback = Callable[[int, int | None], None]
+"""Called with (bytes done, bytes in all or None if unknown) as an upload or download runs."""
+
+ManifestSource = str | os.PathLike[str] | Mapping[str, Any]
+CodeSource = str | os.PathLike[str] | bytes
+
+_CHUNK = 64 * 1024
+_SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
+
+
+class Client:
+    """A connection to one DLaaS API as one tenant (or as the admin, for `tenants`).
+
+    `url` and `api_key` default to `DLAAS_URL` and `DLAAS_API_KEY`, then to the client
+    configuration `dlaas up` writes (`$DLAAS_HOME/client.json`, see dlaas.config), then to
+    http://127.0.0.1:8080 with no key. `transport` replaces httpx's network transport (tests
+    pass one that calls the ASGI app directly). Use it as a context manager, or `close()` it.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        config = load_config()
+        self.url = (
+            url or os.environ.get("DLAAS_URL") or (config.url if config else None) or DEFAULT_URL
+        ).rstrip("/")
+        # The configured key belongs to the configured API: never send it anywhere else.
+        configured_key = config.api_key if config and config.url.rstrip("/") == self.url else None
+        self.api_key = api_key or os.environ.get("DLAAS_API_KEY") or configured_key
+        self.timeout = timeout
+        headers = {"User-Agent": f"dlaas-client/{__version__}"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+        self.trainings = Trainings(self)
+        self.deployments = Deployments(self)
+        self.tenants = Tenants(self)
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r})"
+
+    def close(self) -> None:
+        """Close the connections to the API."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def healthy(self) -> bool:
+        """Whether the API answers its liveness check (`GET /healthz`); never raises."""
+        try:
+            return self._http.get("/healthz", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _connection_failed(self, e: httpx.HTTPError) -> ConnectionFailed:
+        if isinstance(e, httpx.TimeoutException):
+            return ConnectionFailed(f"the DLaaS API at {self.url} did not answer in time ({e})")
+        return ConnectionFailed(
+            f"cannot reach the DLaaS API at {self.url} ({e or type(e).__name__}); "
+            "is `dlaas up` running, and is DLAAS_URL right?"
+        )
+
+    def _refused(self, response: httpx.Response) -> ApiError:
+        error = error_from_response(response)
+        if isinstance(error, Unauthorized) and not self.api_key:
+            error.detail += (
+                " (no API key configured: pass api_key, set DLAAS_API_KEY, or run `dlaas up`,"
+                " which writes one for its local tenant)"
+            )
+            error.args = (f"{error.title} (HTTP 401): {error.detail}",)
+            error.message = error.args[0]
+        return error
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            raise self._connection_failed(e) from e
+        if response.status_code >= 400:
+            raise self._refused(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError as e:
+            raise DlaasError(
+                f"{method} {path}: {self.url} answered {response.status_code} with a body that "
+                "is not JSON; is it a DLaaS API?"
+            ) from e
+
+    def _open_stream(
+        self, method: str, path: str, *, timeout: httpx.Timeout | float | None = None, **kw: Any
+    ) -> httpx.Response:
+        """A response whose body is not read yet (the caller closes it), or the error."""
+        request = self._http.build_request(
+            method, path, timeout=self.timeout if timeout is None else timeout, **kw
+        )
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.HTTPError as e:
+            raise self._connection_failed(e) from e
+        if response.status_code >= 400:
+            try:
+                response.read()
+            except httpx.HTTPError as e:
+                raise self._connection_failed(e) from e
+            finally:
+                response.close()
+            raise self._refused(response)
+        return response
+
+    @contextmanager
+    def _stream(self, method: str, path: str, **kw: Any) -> Iterator[httpx.Response]:
+        response = self._open_stream(method, path, **kw)
+        try:
+            yield response
+        finally:
+            response.close()
+
+
+class _ProgressReader:
+    """A binary file that reports how much of it was read (httpx uploads it in chunks)."""
+
+    def __init__(self, file: IO[bytes], total: int, progress: ProgressCallback) -> None:
+        self._file = file
+        self._total = total
+        self._progress = progress
+        self._done = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._file.read(size)
+        if chunk:
+            self._done += len(chunk)
+            self._progress(self._done, self._total)
+        return chunk
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        position = self._file.seek(offset, whence)
+        self._done = position
+        return position
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+
+def _zip_directory(directory: Path, out: IO[bytes]) -> None:
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for root, dirs, files in os.walk(directory):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
+            for name in sorted(files):
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                file = Path(root) / name
+                archive.write(file, file.relative_to(directory).as_posix())
+
+
+def _manifest_part(manifest: ManifestSource) -> tuple[str, bytes]:
+    if isinstance(manifest, Mapping):
+        return "manifest.json", json.dumps(dict(manifest)).encode()
+    path = Path(manifest)
+    return path.name, path.read_bytes()
+
+
+def _since(value: str | float | datetime | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _strip_top_directory(members: builtins.list[tarfile.TarInfo]) -> builtins.list[tarfile.TarInfo]:
+    """The members without the one directory they all sit in (`training-<id>/`), if any."""
+    tops = {m.name.split("/", 1)[0] for m in members}
+    if len(tops) != 1 or not all("/" in m.name or m.isdir() for m in members):
+        return members
+    top = tops.pop() + "/"
+    kept = []
+    for m in members:
+        if m.name.startswith(top):
+            m.name = m.name[len(top) :]
+            kept.append(m)
+    return kept
+
+
+class LogStream:
+    """The lines of a training's log, as an iterator of str (no trailing newline).
+
+    Each line is `<ISO time> [learner <i>] <text>`. A followed stream ends when the training
+    has ended and every line was delivered. Iterating raises `ConnectionFailed` if the
+    connection breaks. Close it (or use it as a context manager) to stop early.
+    """
+
+    def __init__(self, client: Client, response: httpx.Response) -> None:
+        self._client = client
+        self._response = response
+        self._lines = response.iter_lines()
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._lines)
+        except StopIteration:
+            self.close()
+            raise
+        except httpx.HTTPError as e:
+            self.close()
+            raise self._client._connection_failed(e) from e
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Trainings:
+    """`client.trainings`: submit trainings and follow them to their trained model."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        manifest: ManifestSource,
+        code: CodeSource,
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> Training:
+        """Submit a training: `POST /v1/trainings`.
+
+        `manifest` is the path of a YAML or JSON manifest, or the manifest as a dict.
+        `code` is a directory (archived as a zip, without `__pycache__`, `.git` and `*.pyc`),
+        the path of a `.zip` or `.tar.gz` archive, or an archive's bytes. `progress` is
+        called as the upload goes. Returns the training, QUEUED.
+        Raises `ValidationError` naming each offending field (`/compute_configuration/nodes`,
+        `model_definition`...) if the manifest breaks a rule or the archive is unsafe,
+        `PayloadTooLarge` above the upload limit, `OSError` if a path cannot be read.
+        """
+        manifest_name, manifest_bytes = _manifest_part(manifest)
+        with tempfile.TemporaryFile() as spool:
+            if isinstance(code, bytes):
+                name = "code.tar.gz" if code[:2] == b"\x1f\x8b" else "code.zip"
+                spool.write(code)
+            else:
+                path = Path(code)
+                if path.is_dir():
+                    name = "code.zip"
+                    _zip_directory(path, spool)
+                else:
+                    name = path.name
+                    with path.open("rb") as f:
+                        while chunk := f.read(1024 * 1024):
+                            spool.write(chunk)
+            total = spool.tell()
+            spool.seek(0)
+            body: IO[bytes] | _ProgressReader = (
+                _ProgressReader(spool, total, progress) if progress else spool
+            )
+            data = self._client._json(
+                "POST",
+                "/v1/trainings",
+                files={
+                    "manifest": (manifest_name, manifest_bytes, "application/octet-stream"),
+                    "model_definition": (name, body, "application/octet-stream"),
+                },
+            )
+        return Training.from_json(data)
+
+    def list(
+        self, *, status: str | None = None, limit: int | None = None
+    ) -> builtins.list[Training]:
+        """The tenant's trainings, newest first: `GET /v1/trainings`, every page.
+
+        `status` keeps only trainings in that state; `limit` caps how many are returned.
+        Raises `ValidationError` for an unknown status.
+        """
+        found: builtins.list[Training] = []
+        cursor: str | None = None
+        while limit is None or len(found) < limit:
+            page_size = 100 if limit is None else min(100, limit - len(found))
+            params: dict[str, Any] = {"limit": page_size}
+            if status:
+                params["status"] = status
+            if cursor:
+                params["cursor"] = cursor
+            page = self._client._json("GET", "/v1/trainings", params=params)
+            found.extend(Training.from_json(item) for item in page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return found
+
+    def get(self, training_id: str) -> Training:
+        """The training now: `GET /v1/trainings/{id}`. Raises `NotFound`."""
+        return Training.from_json(self._client._json("GET", f"/v1/trainings/{training_id}"))
+
+    def wait(
+        self, training_id: str, timeout: float | None = None, *, poll_interval: float = 1.0
+    ) -> Training:
+        """Wait until the training has ended (COMPLETED, FAILED or HALTED) and return it.
+
+        Check `.status` (or `.succeeded`): a failed training is returned, not raised.
+        Raises `WaitTimeout` (carrying the last state in `.last`) after `timeout` seconds,
+        `NotFound` if there is no such training.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            training = self.get(training_id)
+            if training.terminal:
+                return training
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(
+                        f"training {training_id} is still {training.status} after {timeout} s",
+                        training,
+                    )
+                time.sleep(min(poll_interval, left))
+            else:
+                time.sleep(poll_interval)
+
+    def logs(
+        self,
+        training_id: str,
+        *,
+        follow: bool = False,
+        learner: int | None = None,
+        since: str | float | datetime | None = None,
+    ) -> LogStream:
+        """Every learner's output: `GET /v1/trainings/{id}/logs`, as an iterator of lines.
+
+        With `follow`, the lines arrive as the learners print them and the iterator ends
+        when the training has ended. `learner` keeps one learner's lines (1..N); `since`
+        (ISO time, epoch seconds or datetime) drops older ones. Raises `NotFound` here, and
+        `ConnectionFailed` while iterating if the connection breaks.
+        """
+        params: dict[str, Any] = {"follow": "true" if follow else "false"}
+        if learner is not None:
+            params["learner"] = learner
+        if (stamp := _since(since)) is not None:
+            params["since"] = stamp
+        timeout = httpx.Timeout(self._client.timeout, read=None) if follow else self._client.timeout
+        response = self._client._open_stream(
+            "GET", f"/v1/trainings/{training_id}/logs", params=params, timeout=timeout
+        )
+        return LogStream(self._client, response)
+
+    def metrics(self, training_id: str) -> dict[str, builtins.list[MetricPoint]]:
+        """The manifest's evaluation metrics as read from the logs so far:
+        `{name: [MetricPoint(value, learner, timestamp, step), ...]}` in log order, every
+        metric present (empty if nothing matched). Raises `NotFound`."""
+        data = self._client._json("GET", f"/v1/trainings/{training_id}/metrics")
+        return {name: [MetricPoint.from_json(p) for p in points] for name, points in data.items()}
+
+    def stop(self, training_id: str) -> Training:
+        """Stop the training: `POST /v1/trainings/{id}/stop`.
+
+        Returns it HALTED if no learner had started, else with `stop_requested` set while
+        its learners are being stopped (`wait` for HALTED). Raises `Conflict` if it had
+        already ended, `NotFound`.
+        """
+        return Training.from_json(self._client._json("POST", f"/v1/trainings/{training_id}/stop"))
+
+    def delete(self, training_id: str) -> None:
+        """Delete the training with its stored code, results and logs:
+        `DELETE /v1/trainings/{id}`. A running training is stopped first and deleted once its
+        learners are gone. Raises `NotFound`."""
+        self._client._request("DELETE", f"/v1/trainings/{training_id}")
+
+    def results(self, training_id: str) -> builtins.list[ResultFile]:
+        """The stored results of the training (`GET /v1/trainings/{id}/results`): the
+        learners' logs and whatever they wrote to $RESULT_DIR. Raises `NotFound`."""
+        data = self._client._json("GET", f"/v1/trainings/{training_id}/results")
+        return [ResultFile.from_json(item) for item in data["files"]]
+
+    def download(
+        self,
+        training_id: str,
+        dest: str | os.PathLike[str],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> builtins.list[Path]:
+        """Download the training's results (`GET /v1/trainings/{id}/results.tar.gz`) and
+        unpack them into the directory `dest` (created if needed).
+
+        Returns the files written, sorted: what the learners wrote to $RESULT_DIR (a
+        SavedModel in `dest/model/`) and each learner's log in
+        `dest/learner-<i>/training-log.txt`. Raises `NotFound` if the
+        training or its results do not exist; entries of the archive that would land outside
+        `dest` are refused (`tarfile.FilterError`).
+        """
+        target = Path(dest)
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile() as spool:
+            self._fetch(f"/v1/trainings/{training_id}/results.tar.gz", spool, progress)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool, mode="r:*") as archive:
+                members = _strip_top_directory(archive.getmembers())
+                archive.extractall(target, members=members, filter="data")
+        root = target.resolve()
+        return sorted(root / m.name for m in members if m.isfile())
+
+    def model_definition(
+        self,
+        training_id: str,
+        dest: str | os.PathLike[str],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> Path:
+        """Download the code archive that was submitted (`GET
+        /v1/trainings/{id}/model_definition`) to the file `dest`; returns its path.
+        Raises `NotFound`."""
+        target = Path(dest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as out:
+            self._fetch(f"/v1/trainings/{training_id}/model_definition", out, progress)
+        return target
+
+    def _fetch(self, path: str, out: IO[bytes], progress: ProgressCallback | None) -> None:
+        with self._client._stream("GET", path) as response:
+            length = response.headers.get("content-length")
+            total = int(length) if length and length.isdigit() else None
+            done = 0
+            try:
+                for chunk in response.iter_bytes(_CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+            except httpx.HTTPError as e:
+                raise self._client._connection_failed(e) from e
+
+
+class Deployments:
+    """`client.deployments`: serve a training's SavedModel and score inputs with it."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(self, training_id: str, *, name: str | None = None) -> Deployment:
+        """Deploy a COMPLETED training's SavedModel: `POST /v1/deployments`.
+
+        Returns the deployment, usually DEPLOYING (`wait` for READY). Raises `NotFound` for
+        an unknown training, `Conflict`/`ValidationError` if it has no servable model.
+        """
+        body: dict[str, Any] = {"training_id": training_id}
+        if name:
+            body["name"] = name
+        return Deployment.from_json(self._client._json("POST", "/v1/deployments", json=body))
+
+    def list(self) -> builtins.list[Deployment]:
+        """The tenant's deployments: `GET /v1/deployments`."""
+        data = self._client._json("GET", "/v1/deployments")
+        return [Deployment.from_json(item) for item in data["items"]]
+
+    def get(self, deployment_id: str) -> Deployment:
+        """The deployment now: `GET /v1/deployments/{id}`. Raises `NotFound`."""
+        return Deployment.from_json(self._client._json("GET", f"/v1/deployments/{deployment_id}"))
+
+    def wait(
+        self, deployment_id: str, timeout: float | None = None, *, poll_interval: float = 0.5
+    ) -> Deployment:
+        """Wait until the deployment is READY or FAILED and return it (a FAILED one is
+        returned, not raised: check `.ready`). Raises `WaitTimeout` after `timeout` seconds,
+        `NotFound`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            deployment = self.get(deployment_id)
+            if deployment.final:
+                return deployment
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"deployment {deployment_id} is still {deployment.status} after {timeout} s",
+                    deployment,
+                )
+            time.sleep(poll_interval)
+
+    def predict(self, deployment_id: str, instances: Sequence[Any] | Any) -> Any:
+        """Score `instances` with the deployed model: `POST /v1/deployments/{id}/predictions`
+        with the TensorFlow Serving body `{"instances": [...]}`; returns the `predictions`
+        (one per instance). `instances` is a list (or anything with `tolist()`, like a numpy
+        array). Raises `ValidationError` for inputs the model's signature refuses,
+        `Conflict` if the deployment is not READY, `RateLimited` above the plan's rate."""
+        if hasattr(instances, "tolist"):
+            instances = instances.tolist()
+        data = self._client._json(
+            "POST",
+            f"/v1/deployments/{deployment_id}/predictions",
+            json={"instances": list(instances)},
+        )
+        return data["predictions"]
+
+    def delete(self, deployment_id: str) -> None:
+        """Remove the deployment: `DELETE /v1/deployments/{id}`. Raises `NotFound`."""
+        self._client._request("DELETE", f"/v1/deployments/{deployment_id}")
+
+
+class Tenants:
+    """`client.tenants` (admin key only): tenants and their first API key."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(self, name: str, plan: str = "standard") -> Tenant:
+        """Create a tenant on `plan` (`lite` or `standard` by default): `POST /v1/tenants`.
+
+        Returns it with its `api_key`, which is shown this once. Raises `Conflict` if the
+        name is taken, `ValidationError` for an unknown plan or a bad name, `Forbidden` when
+        the client does not hold the admin key.
+        """
+        body = {"name": name, "plan": plan}
+        return Tenant.from_json(self._client._json("POST", "/v1/tenants", json=body))
+
+    def list(self) -> builtins.list[Tenant]:
+        """Every tenant: `GET /v1/tenants`. Raises `Forbidden` without the admin key."""
+        data = self._client._json("GET", "/v1/tenants")
+        return [Tenant.from_json(item) for item in data["items"]]

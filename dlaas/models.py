@@ -1,0 +1,227 @@
+"""Typed results of the client: immutable dataclasses built from the API's JSON.
+
+Each keeps the document it was read from in `raw` (what `dlaas ... --json` prints), so a
+field the API adds later is never lost on the way through the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+TRAINING_STATES = (
+    "QUEUED",
+    "PENDING",
+    "DOWNLOADING",
+    "RUNNING",
+    "STORING",
+    "COMPLETED",
+    "FAILED",
+    "HALTED",
+)
+TERMINAL_TRAINING_STATES = frozenset({"COMPLETED", "FAILED", "HALTED"})
+DEPLOYMENT_STATES = ("DEPLOYING", "READY", "FAILED")
+FINAL_DEPLOYMENT_STATES = frozenset({"READY", "FAILED"})
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _required_time(value: Any) -> datetime:
+    parsed = _time(value)
+    if parsed is None:
+        raise ValueError("missing timestamp in the API's answer")
+    return parsed
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ComputeConfiguration:
+    name: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Learner:
+    learner_id: int
+    status: str
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    status: str
+    at: datetime
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Training:
+    """A training as `GET /v1/trainings/{id}` describes it."""
+
+    id: str
+    name: str
+    status: str
+    status_message: str | None
+    framework: Framework
+    compute_configuration: ComputeConfiguration
+    learners: tuple[Learner, ...]
+    status_history: tuple[StatusEvent, ...]
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    description: str | None = None
+    stop_requested: bool = False
+    delete_requested: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the training has ended (COMPLETED, FAILED or HALTED): final."""
+        return self.status in TERMINAL_TRAINING_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "COMPLETED"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Training:
+        fw = data.get("framework") or {}
+        compute = data.get("compute_configuration") or {}
+        return cls(
+            id=str(data["id"]),
+            name=str(data.get("name", "")),
+            description=_str_or_none(data.get("description")),
+            status=str(data["status"]),
+            status_message=_str_or_none(data.get("status_message")),
+            framework=Framework(str(fw.get("name", "")), str(fw.get("version", ""))),
+            compute_configuration=ComputeConfiguration(
+                str(compute.get("name", "")), int(compute.get("nodes", 0))
+            ),
+            learners=tuple(
+                Learner(int(lr["learner_id"]), str(lr["status"]), lr.get("exit_code"))
+                for lr in data.get("learners") or []
+            ),
+            status_history=tuple(
+                StatusEvent(str(e["status"]), _required_time(e["at"]), e.get("message"))
+                for e in data.get("status_history") or []
+            ),
+            created_at=_required_time(data["created_at"]),
+            started_at=_time(data.get("started_at")),
+            completed_at=_time(data.get("completed_at")),
+            stop_requested=bool(data.get("stop_requested", False)),
+            delete_requested=bool(data.get("delete_requested", False)),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One value of an evaluation metric, read from a learner's log line."""
+
+    value: float
+    learner: int
+    timestamp: datetime
+    step: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MetricPoint:
+        step = data.get("step")
+        return cls(
+            value=float(data["value"]),
+            learner=int(data["learner"]),
+            timestamp=_required_time(data["timestamp"]),
+            step=None if step is None else int(step),
+        )
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """One stored result of a training (`path` relative to its results)."""
+
+    path: str
+    size: int | None = None
+    last_modified: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResultFile:
+        size = data.get("size")
+        return cls(
+            path=str(data["path"]),
+            size=None if size is None else int(size),
+            last_modified=_time(data.get("last_modified")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant; `api_key` is set only in the answer to its creation (shown once)."""
+
+    id: str
+    name: str
+    plan: str
+    created_at: datetime | None = None
+    api_key: str | None = field(default=None, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tenant:
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            plan=str(data["plan"]),
+            created_at=_time(data.get("created_at")),
+            api_key=_str_or_none(data.get("api_key")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """An online deployment of a training's SavedModel: DEPLOYING, then READY or FAILED."""
+
+    id: str
+    training_id: str
+    status: str
+    name: str | None = None
+    status_message: str | None = None
+    created_at: datetime | None = None
+    ready_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "READY"
+
+    @property
+    def final(self) -> bool:
+        """Whether the deployment has settled (READY or FAILED)."""
+        return self.status in FINAL_DEPLOYMENT_STATES
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Deployment:
+        return cls(
+            id=str(data["id"]),
+            training_id=str(data.get("training_id", "")),
+            status=str(data["status"]),
+            name=_str_or_none(data.get("name")),
+            status_message=_str_or_none(data.get("status_message")),
+            created_at=_time(data.get("created_at")),
+            ready_at=_time(data.get("ready_at")),
+            raw=data,
+        )
