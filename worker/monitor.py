@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from service.db.models import Tenant, Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
-from service.domain.lifecycle import Action, decide
+from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.states import TrainingState
 from service.platform import Platform
 from service.settings import Settings
@@ -107,8 +107,18 @@ class Monitor:
             message = decision.message
             if message is None and observation.notes:
                 message = "; ".join(observation.notes)
+            for skipped, at in passed_through(state, decision.state, observation.learners):
+                record_transition(training, skipped, None, at=datetime.fromtimestamp(at, UTC))
             record_transition(training, decision.state, message, at=now)
             log.info("training %s: %s -> %s %s", training.id, state, decision.state, message or "")
+        elif state == TrainingState.DOWNLOADING:
+            # The training data's download progress, shown while it runs (no transition).
+            progress = next(
+                (o.message for o in observation.learners if o.phase == "DOWNLOADING" and o.message),
+                None,
+            )
+            if progress is not None and progress != training.status_message:
+                training.status_message = progress
         for action in decision.actions:
             outbox.append((FINALIZE if action == Action.FINALIZE else STOP, training.id))
 
@@ -200,15 +210,17 @@ class Monitor:
 
     def run(self, stop: threading.Event) -> None:
         interval = self.platform.settings.monitor_interval
+        wakeup = self.platform.monitor_wakeup
         with self._leadership(stop):
             log.info("monitor running (every %.2f s)", interval)
             while not stop.is_set():
                 started = time.monotonic()
+                wakeup.clear()
                 try:
                     self.tick()
                 except Exception:
                     log.exception("monitor pass failed; retrying")
-                stop.wait(max(0.0, interval - (time.monotonic() - started)))
+                wakeup.wait(max(0.0, interval - (time.monotonic() - started)))
 
     @contextlib.contextmanager
     def _leadership(self, stop: threading.Event) -> Iterator[None]:

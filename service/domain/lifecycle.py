@@ -25,6 +25,8 @@ class LearnerObservation:
     phase: str
     exit_code: int | None = None
     message: str | None = None
+    # When the learner entered each phase it went through (epoch seconds).
+    phases: tuple[tuple[str, float], ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -114,3 +116,23 @@ def decide(
     if current in _PROGRESS and _PROGRESS.index(target) > _PROGRESS.index(current):
         return Decision(target)
     return Decision()
+
+
+def passed_through(
+    current: TrainingState, target: TrainingState, learners: Sequence[LearnerObservation]
+) -> list[tuple[TrainingState, float]]:
+    """The progression states between `current` and `target` that the training went
+    through unseen (a learner ran and ended between two polls), each with the time the
+    first learner entered it, so the history stays complete and truthful."""
+    if target not in _PROGRESS and target != TrainingState.COMPLETED:
+        return []
+    order = [*_PROGRESS, TrainingState.COMPLETED]
+    if current not in order:
+        return []
+    between = order[order.index(current) + 1 : order.index(target)]
+    out = []
+    for state in between:
+        times = [at for obs in learners for phase, at in obs.phases if phase == state.value]
+        if times:
+            out.append((state, min(times)))
+    return out

@@ -141,3 +141,33 @@ def test_terminal_and_queued_trainings_are_left_alone() -> None:
             now=NOW,
         )
         assert d.state is None and d.actions == ()
+
+
+def test_states_passed_between_two_polls_are_recorded_with_their_times() -> None:
+    from service.domain.lifecycle import passed_through
+
+    quick = [
+        LearnerObservation(
+            1,
+            "COMPLETED",
+            0,
+            None,
+            (("DOWNLOADING", 10.0), ("RUNNING", 11.0), ("STORING", 12.5), ("COMPLETED", 13.0)),
+        ),
+        LearnerObservation(
+            2,
+            "COMPLETED",
+            0,
+            None,
+            (("DOWNLOADING", 10.2), ("RUNNING", 10.9), ("STORING", 12.0), ("COMPLETED", 13.1)),
+        ),
+    ]
+    assert passed_through(S.DOWNLOADING, S.COMPLETED, quick) == [
+        (S.RUNNING, 10.9),
+        (S.STORING, 12.0),
+    ]
+    assert passed_through(S.PENDING, S.RUNNING, quick) == [(S.DOWNLOADING, 10.0)]
+    assert passed_through(S.RUNNING, S.STORING, quick) == []
+    # Nothing is invented for phases no learner reported, nor for failures.
+    assert passed_through(S.PENDING, S.COMPLETED, obs("COMPLETED")) == []
+    assert passed_through(S.PENDING, S.FAILED, quick) == []

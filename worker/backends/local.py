@@ -191,6 +191,8 @@ class LocalBackend:
                 log_sink=request.log_sink,
                 results_prefix=request.results_prefix,
                 upload_results=lp.primary,
+                training_data=request.training_data,
+                results_target=request.results_target,
                 ready_file=str(ready),
                 wait_for=peers if lp.waits_for_peers else [],
                 stop_grace_seconds=self.stop_grace_seconds,
@@ -281,7 +283,12 @@ class LocalBackend:
                 stderr=out,
                 check=True,
                 cwd=str(spec_path.parent),
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                env={
+                    # The platform's settings (S3 and encryption keys among them) stay out of
+                    # the wrapper's environment: it reads everything from its spec file.
+                    **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
+                    "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+                },
             )
 
     # -- observe -------------------------------------------------------------------------
@@ -313,12 +320,13 @@ class LocalBackend:
         phase = str(status.get("phase"))
         exit_code = status.get("exit_code")
         message = status.get("message")
+        phases = tuple((str(k), float(v)) for k, v in (status.get("phases") or {}).items())
         if phase in ("COMPLETED", "FAILED", "HALTED"):
-            return LearnerObservation(lid, phase, exit_code, message)
+            return LearnerObservation(lid, phase, exit_code, message, phases)
         pid = status.get("pid")
         if not isinstance(pid, int) or not _pid_alive(pid):
             return LearnerObservation(lid, "LOST", None, f"learner {lid} stopped reporting (lost)")
-        return LearnerObservation(lid, phase, exit_code, message)
+        return LearnerObservation(lid, phase, exit_code, message, phases)
 
     # -- stop and clean up -----------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """The learner wrapper: what runs inside every learner (a local process or a pod's container).
 
-`python -m worker.learner SPEC` fetches and unpacks the code (DOWNLOADING), meets the other
-learners if asked to, runs the command (RUNNING) while teeing its output line by line to the
-live log store and to a private training-log.txt, uploads results and logs (STORING) and
-records the outcome (COMPLETED, FAILED or HALTED). Each phase is written atomically to the
-spec's status file, which the platform's monitor reads.
+`python -m worker.learner SPEC` fetches and unpacks the code and downloads the training data
+from the user's bucket, if any (DOWNLOADING, with progress in the status message), meets the
+other learners if asked to, runs the command (RUNNING) while teeing its output line by line
+to the live log store and to a private training-log.txt, uploads results and logs to the
+platform's store and to the user's results bucket, if any (STORING), and records the outcome
+(COMPLETED, FAILED or HALTED). Each phase is written atomically to the spec's status file,
+which the platform's monitor reads. Credentials come only from the spec file (mode 0600).
 
 Exit codes: 0 the command succeeded; 1 it failed; 2 a platform error (message in the status
 file); 143 stopped by SIGTERM/SIGINT.
@@ -32,8 +34,15 @@ from service.domain.states import TrainingState
 from service.logs import open_log_store
 from service.logs.base import LogRecord, LogStore
 from service.storage.archives import UnsafeArchiveError, extract_archive
-from service.storage.base import ObjectNotFound, ObjectStore
+from service.storage.base import (
+    ObjectNotFound,
+    ObjectStore,
+    StoreUnavailable,
+    check_key,
+    directory_prefix,
+)
 from service.storage.local import LocalObjectStore
+from service.storage.s3 import S3ObjectStore
 from worker.learner.spec import LearnerSpec, StoreConfig
 
 EXIT_OK = 0
@@ -49,6 +58,7 @@ _POLL_SECONDS = 0.05
 _TEE_DRAIN_SECONDS = 5.0  # how long to wait for the output pipe to close after the command
 _MAX_UPLOAD_ERRORS = 10
 _CHUNK = 1024 * 1024
+_PROGRESS_SECONDS = 0.5  # how often the data download reports its progress
 
 
 class PlatformError(Exception):
@@ -65,7 +75,35 @@ def open_store(config: StoreConfig) -> ObjectStore:
         if not config.root:
             raise PlatformError("the learner spec names a local object store without a root")
         return LocalObjectStore(Path(config.root))
+    if config.kind == "s3":
+        return open_s3_store(config)
     raise PlatformError(f"{config.kind} store not available in this build")
+
+
+def open_s3_store(config: StoreConfig) -> S3ObjectStore:
+    """An S3 bucket (the platform's or a user's); PlatformError if the config is unusable."""
+    if config.kind != "s3" or not config.endpoint or not config.bucket:
+        raise PlatformError("the learner spec names an S3 store without an endpoint or bucket")
+    access = config.access_key.get_secret_value() if config.access_key else None
+    secret = config.secret_key.get_secret_value() if config.secret_key else None
+    try:
+        return S3ObjectStore(
+            config.endpoint,
+            config.bucket,
+            access_key=access,
+            secret_key=secret,
+            region=config.region,
+        )
+    except ValueError as e:
+        raise PlatformError(f"the S3 endpoint {config.endpoint} is unusable: {e}") from e
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover - the loop returns
 
 
 def write_status(
@@ -75,11 +113,13 @@ def write_status(
     exit_code: int | None = None,
     message: str | None = None,
     child_pid: int | None = None,
+    phases: dict[str, float] | None = None,
 ) -> None:
     """Replace the status file atomically with the phase, this process's pid and the time.
 
     `child_pid` is the running command's pid, which is also its process group id: a backend
-    can still stop the command with it if this wrapper dies.
+    can still stop the command with it if this wrapper dies. `phases` says when each phase
+    began, so a monitor that polls still records the phases it did not see.
     """
     data = {
         "phase": phase.value,
@@ -88,6 +128,7 @@ def write_status(
         "exit_code": exit_code,
         "message": message,
         "updated_at": time.time(),
+        "phases": phases or {},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status-")
@@ -284,6 +325,7 @@ class _Learner:
         self.child: subprocess.Popen[bytes] | None = None
         self.term_sent_at: float | None = None
         self.kill_sent = False
+        self.phase_times: dict[str, float] = {}
 
     def status(
         self,
@@ -293,8 +335,14 @@ class _Learner:
         message: str | None = None,
         child_pid: int | None = None,
     ) -> None:
+        self.phase_times.setdefault(phase.value, time.time())
         write_status(
-            self.status_path, phase, exit_code=exit_code, message=message, child_pid=child_pid
+            self.status_path,
+            phase,
+            exit_code=exit_code,
+            message=message,
+            child_pid=child_pid,
+            phases=self.phase_times,
         )
         self.phase = phase
 
@@ -361,6 +409,11 @@ class _Learner:
         try:
             for d in (spec.data_dir, spec.result_dir, spec.log_dir, spec.checkpoint_dir):
                 Path(d).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PlatformError(f"the learner's directories could not be created: {e}") from e
+        self.check_results_target()
+        self.fetch_data()
+        try:
             if spec.ready_file:
                 Path(spec.ready_file).parent.mkdir(parents=True, exist_ok=True)
                 Path(spec.ready_file).touch()
@@ -391,6 +444,76 @@ class _Learner:
                 raise PlatformError(f"the code archive could not be unpacked: {e}") from e
         finally:
             archive.unlink(missing_ok=True)
+
+    def check_results_target(self) -> None:
+        """Fail now, not after the run, if the user's results bucket cannot be used."""
+        target = self.spec.results_target
+        if target is None:
+            return
+        try:
+            open_s3_store(target.store).check_bucket()
+        except StoreUnavailable as e:
+            raise PlatformError(f"the training results bucket cannot be used: {e}") from e
+
+    def fetch_data(self) -> None:
+        """Download the training data (every object below the source prefix) into
+        data_dir, keeping the paths below the prefix; progress goes to the status file."""
+        location = self.spec.training_data
+        if location is None:
+            return
+        source = open_s3_store(location.store)
+        try:
+            prefix = directory_prefix(location.prefix)
+        except ValueError as e:
+            raise PlatformError(f"the training data prefix {location.prefix!r} is invalid") from e
+        where = source.description + (f" under {prefix!r}" if prefix else "")
+        self.status(TrainingState.DOWNLOADING, message=f"downloading training data from {where}")
+        try:
+            objects = list(source.list(prefix))
+        except StoreUnavailable as e:
+            raise PlatformError(f"the training data cannot be read: {e}") from e
+        data_dir = Path(self.spec.data_dir)
+        total = sum(o.size for o in objects)
+        done = 0
+        reported = time.monotonic()
+        for count, obj in enumerate(objects, 1):
+            relative = obj.key[len(prefix) :]
+            try:
+                check_key(relative)
+            except ValueError as e:
+                raise PlatformError(
+                    f"the training data object {obj.key!r} has a name that cannot be a file"
+                ) from e
+            target = data_dir / relative
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
+            except OSError as e:
+                raise PlatformError(f"the training data cannot be written: {e}") from e
+            try:
+                with os.fdopen(fd, "wb") as out, source.open(obj.key) as src:
+                    shutil.copyfileobj(src, out, _CHUNK)
+                os.replace(tmp, target)
+            except (ObjectNotFound, StoreUnavailable) as e:
+                why = f"{obj.key} disappeared" if isinstance(e, ObjectNotFound) else str(e)
+                raise PlatformError(f"the training data could not be downloaded: {why}") from e
+            except OSError as e:
+                raise PlatformError(f"the training data cannot be written: {e}") from e
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+            done += obj.size
+            if time.monotonic() - reported >= _PROGRESS_SECONDS:
+                reported = time.monotonic()
+                self.status(
+                    TrainingState.DOWNLOADING,
+                    message=f"downloading training data from {where}: {count} of "
+                    f"{len(objects)} files, {_size(done)} of {_size(total)}",
+                )
+        self.status(
+            TrainingState.DOWNLOADING,
+            message=f"downloaded the training data from {where}: {len(objects)} files, "
+            f"{_size(total)}",
+        )
 
     def wait_for_peers(self) -> None:
         deadline = time.monotonic() + self.spec.wait_timeout
@@ -436,7 +559,9 @@ class _Learner:
             tee.close(_TEE_DRAIN_SECONDS)
         if halted:
             # The log is small and matters most now; results of an interrupted run do not.
-            self.upload(store, [(self.log_key(), self.log_path)])
+            log_only = [(self.log_key(), self.log_path)]
+            self.upload(store, log_only)
+            self.copy_to_target(log_only)
             message = f"learner {spec.learner_id} was stopped"
             if self.kill_sent:
                 grace = f"{spec.stop_grace_seconds:g} s"
@@ -444,7 +569,9 @@ class _Learner:
             self.status(TrainingState.HALTED, exit_code=code, message=message)
             return EXIT_HALTED
         self.status(TrainingState.STORING)
-        errors = self.upload(store, self.files_to_upload())
+        files = list(self.files_to_upload())
+        errors = self.upload(store, files)
+        errors += self.copy_to_target(files)
         if code != 0:
             message = describe_exit(spec.learner_id, code)
             if errors:
@@ -513,9 +640,25 @@ class _Learner:
                 store.put_file(key, path)
             except Exception as e:
                 errors.append(f"{key}: {e}")
-                if len(errors) >= _MAX_UPLOAD_ERRORS:
+                # The store itself is failing: the other files would fail the same way.
+                if isinstance(e, StoreUnavailable) or len(errors) >= _MAX_UPLOAD_ERRORS:
                     break
         return errors
+
+    def copy_to_target(self, files: Sequence[tuple[str, Path]]) -> list[str]:
+        """Upload the files also to the user's results bucket, if the manifest names one:
+        the same paths below training-<id>/ as below the results prefix."""
+        target = self.spec.results_target
+        if target is None:
+            return []
+        try:
+            store = open_s3_store(target.store)
+            prefix = directory_prefix(target.prefix)
+        except (PlatformError, ValueError) as e:
+            return [f"the training results bucket cannot be used: {e}"]
+        ours = self.results_prefix()
+        copies = [(prefix + key[len(ours) :], path) for key, path in files if key.startswith(ours)]
+        return [f"copying to the results bucket: {e}" for e in self.upload(store, copies)]
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:
