@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,mpi,tensorflow
 
-.PHONY: help install lint test test-fast run quickstart schema clean
+.PHONY: help install lint test test-fast run quickstart schema bench clean
 
 help:
 	@echo "make quickstart  install and run the journey on the embedded platform"
@@ -13,6 +13,7 @@ help:
 	@echo "make lint        ruff check, ruff format --check, mypy"
 	@echo "make run         dlaas up on the embedded defaults (http://127.0.0.1:8080)"
 	@echo "make schema      regenerate manifests/manifest.schema.json"
+	@echo "make bench       run the benchmarks (quick), rows in bench.json"
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +37,13 @@ run: install
 	$(BIN)/dlaas up
 
 quickstart: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/quickstart.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/quickstart.py
 
 schema: install
 	$(BIN)/python -m service.domain.manifest > manifests/manifest.schema.json
+
+bench: install
+	$(BIN)/python benchmarks/run.py --quick --json bench.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -3,6 +3,7 @@ Settings."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -11,15 +12,17 @@ import yaml
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.auth import ensure_admin_key
+from service.auth import KeyCache, TenantRef, ensure_admin_key
 from service.db.session import make_engine, make_sessionmaker, upgrade
 from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.logs import LogStore, open_log_store
+from service.secrets import SecretBox, ensure_secret_key
 from service.settings import Settings
+from service.storage import open_platform_store
 from service.storage.archives import ArchiveLimits
 from service.storage.base import ObjectStore
-from service.storage.local import LocalObjectStore
+from service.storage.endpoints import EndpointPolicy
 from worker.learner.spec import LogSinkConfig, StoreConfig
 
 
@@ -42,6 +45,10 @@ class Platform:
     catalog: Catalog
     admin_key: str
     log_sink: LogSinkConfig = field(default_factory=lambda: LogSinkConfig(kind="file"))
+    # Set when there is news for a monitor running in this process (a submission, a stop
+    # request), so it reacts now instead of at its next pass.
+    monitor_wakeup: threading.Event = field(default_factory=threading.Event)
+    tenant_keys: KeyCache[TenantRef] = field(default_factory=KeyCache)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
@@ -53,11 +60,12 @@ class Platform:
             if redis_url
             else LogSinkConfig(kind="file", dir=str(settings.home_dir / "logs"))
         )
+        EndpointPolicy.from_settings(settings)  # a bad DLAAS_ALLOWED_DATA_ENDPOINTS fails now
         return cls(
             settings=settings,
             engine=engine,
             sessions=make_sessionmaker(engine),
-            store=LocalObjectStore(settings.object_store_dir),
+            store=open_platform_store(settings),
             catalog=load_catalog(settings.catalog_file),
             admin_key=ensure_admin_key(settings),
             log_sink=log_sink,
@@ -74,7 +82,27 @@ class Platform:
     @property
     def learner_store(self) -> StoreConfig:
         """How learners reach this platform's object store."""
-        return StoreConfig(kind="local", root=str(self.settings.object_store_dir))
+        s = self.settings
+        if s.s3_endpoint:
+            return StoreConfig(
+                kind="s3",
+                endpoint=s.s3_endpoint,
+                access_key=s.s3_access_key,
+                secret_key=s.s3_secret_key,
+                bucket=s.s3_bucket,
+                region=s.s3_region,
+            )
+        return StoreConfig(kind="local", root=str(s.object_store_dir))
+
+    @cached_property
+    def secrets(self) -> SecretBox:
+        """Encrypts the data-store credentials of manifests (service.secrets)."""
+        return SecretBox(ensure_secret_key(self.settings))
+
+    @cached_property
+    def endpoint_policy(self) -> EndpointPolicy:
+        """Which S3 endpoints manifests may name (service.storage.endpoints)."""
+        return EndpointPolicy.from_settings(self.settings)
 
     @property
     def archive_limits(self) -> ArchiveLimits:

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -70,6 +70,51 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(
         default=3.0, ge=0, description="SIGTERM to SIGKILL grace when learners are stopped."
     )
+    scoring_url: str | None = Field(
+        default=None,
+        description="URL of a separate scoring service (`python -m service.scoring`) that the "
+        "API forwards predictions to; unset: the API process scores (embedded).",
+    )
+    scoring_batching: bool = Field(
+        default=True, description="Merge concurrent prediction requests into one model call."
+    )
+    scoring_max_batch_size: int = Field(
+        default=64, gt=0, description="Most instances in one batched model call."
+    )
+    scoring_max_wait_ms: float = Field(
+        default=2.0, ge=0, description="How long a batch waits for more requests to join it."
+    )
+    scoring_threads: int = Field(
+        default=2, gt=0, description="Model calls that run at once per deployment."
+    )
+    scoring_poll_interval: float = Field(
+        default=2.0, gt=0, description="Seconds between two looks for deployments to load."
+    )
+    scoring_rate_limit_url: str | None = Field(
+        default=None,
+        description="redis://... for prediction rate limits shared by scoring replicas; "
+        "default the broker if it is Redis, else counted in the scoring process.",
+    )
+    s3_endpoint: str | None = Field(
+        default=None,
+        description="e.g. http://127.0.0.1:9000; when set, the platform's object store is this "
+        "S3 endpoint instead of the directory under DLAAS_HOME.",
+    )
+    s3_access_key: str | None = Field(default=None, description="Access key of DLAAS_S3_*.")
+    s3_secret_key: SecretStr | None = Field(default=None, description="Its secret key.")
+    s3_bucket: str = Field(default="dlaas", description="The platform's bucket (created).")
+    s3_region: str | None = Field(default=None, description="Region; default us-east-1.")
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="Encrypts data-store credentials at rest; default a key generated into "
+        "$DLAAS_HOME/secret_key. Set the same value everywhere in a cluster.",
+    )
+    allowed_data_endpoints: str | None = Field(
+        default=None,
+        description="Comma-separated host[:port], *.domain or scheme://host[:port] entries "
+        "that users' data and results endpoints may name; default: the platform's S3 "
+        "endpoint, plus loopback on one machine (SQLite, or no DLAAS_S3_ENDPOINT).",
+    )
 
     @cached_property
     def home_dir(self) -> Path:
@@ -103,5 +148,23 @@ class Settings(BaseSettings):
         return None
 
     @property
+    def resolved_rate_limit_url(self) -> str | None:
+        """A Redis URL for prediction rate limits, or None to count in the process."""
+        if self.scoring_rate_limit_url:
+            return self.scoring_rate_limit_url
+        if self.broker_url and self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return None
+
+    @property
+    def scoring_dir(self) -> Path:
+        """Where deployed models are unpacked for the scoring process that serves them."""
+        return self.home_dir / "scoring"
+
+    @property
     def admin_key_file(self) -> Path:
         return self.home_dir / "admin_api_key"
+
+    @property
+    def secret_key_file(self) -> Path:
+        return self.home_dir / "secret_key"

@@ -7,6 +7,9 @@ Run a worker with `celery -A worker.celery_app worker --pool=solo` (or `python -
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
+
+from celery.signals import worker_ready
 
 from service import dispatch
 from service.platform import Platform
@@ -22,6 +25,12 @@ celery = dispatch.make_celery(Settings())
 def _runtime() -> tuple[Platform, Backend]:
     settings = Settings()
     return Platform.from_settings(settings), make_backend(settings)
+
+
+@worker_ready.connect
+def _warm_up(**_: Any) -> None:
+    # Build the platform and probe the backend (namespaces) before the first launch.
+    _runtime()
 
 
 @celery.task(name=dispatch.LAUNCH)

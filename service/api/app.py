@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from service.api import health, logs, tenants, trainings
+from service.api import deployments, health, logs, predictions, results, tenants, trainings
 from service.api.limits import BodySizeLimit
 from service.api.problems import install_problem_handlers
 from service.platform import Platform
@@ -28,7 +28,8 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if platform.settings.auto_migrate:
             platform.migrate()
-        yield
+        async with predictions.serving(app, platform):
+            yield
 
     app = FastAPI(
         title="DLaaS",
@@ -44,4 +45,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     app.include_router(tenants.router)
     app.include_router(trainings.router)
     app.include_router(logs.router)
+    app.include_router(results.router)
+    app.include_router(deployments.router)
+    app.include_router(predictions.predictions_router(platform))
     return app

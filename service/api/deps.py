@@ -8,14 +8,14 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from service.auth import hash_api_key, keys_match
+from service.auth import TenantRef, hash_api_key, keys_match
 from service.db import repository
-from service.db.models import Tenant, Training
+from service.db.models import Training
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.platform import Platform
 
 
-def get_platform(request: Request) -> Platform:
+async def get_platform(request: Request) -> Platform:
     platform: Platform = request.app.state.platform
     return platform
 
@@ -43,11 +43,17 @@ def _bearer_key(request: Request) -> str:
     return key.strip()
 
 
-def current_tenant(request: Request, platform: PlatformDep, session: SessionDep) -> Tenant:
+def current_tenant(request: Request, platform: PlatformDep, session: SessionDep) -> TenantRef:
     key = _bearer_key(request)
-    tenant = repository.tenant_for_key_hash(session, hash_api_key(key))
+    key_hash = hash_api_key(key)
+    cached = platform.tenant_keys.get(key_hash)
+    if cached is not None:
+        return cached
+    tenant = repository.tenant_for_key_hash(session, key_hash)
     if tenant is not None:
-        return tenant
+        ref = TenantRef(tenant.id, tenant.name, tenant.plan)
+        platform.tenant_keys.put(key_hash, ref)
+        return ref
     if keys_match(key, platform.admin_key):
         raise Forbidden(
             "the admin key manages tenants only; use a tenant's API key for this request"
@@ -64,11 +70,11 @@ def require_admin(request: Request, platform: PlatformDep, session: SessionDep) 
     raise Unauthorized("the API key is not valid")
 
 
-CurrentTenant = Annotated[Tenant, Depends(current_tenant)]
+CurrentTenant = Annotated[TenantRef, Depends(current_tenant)]
 AdminOnly = Depends(require_admin)
 
 
-def owned_training(session: Session, tenant: Tenant, training_id: str) -> Training:
+def owned_training(session: Session, tenant: TenantRef, training_id: str) -> Training:
     """The caller's training; another tenant's is as absent as a missing one (404)."""
     training = repository.get_training(session, tenant.id, training_id)
     if training is None:

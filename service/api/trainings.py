@@ -15,8 +15,10 @@ from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
 from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState
-from service.errors import BadRequest, FieldError, ValidationFailed
+from service.errors import BadRequest, FieldError, ServiceUnavailable, ValidationFailed
 from service.storage.archives import UnsafeArchiveError, inspect_archive
+from service.storage.base import StoreUnavailable
+from service.storage.endpoints import check_references
 
 router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
 
@@ -49,6 +51,8 @@ def create_training(
         platform.catalog,
         tenant.plan,
     )
+    if refused := check_references(parsed, platform.endpoint_policy):
+        raise ValidationFailed(refused)
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
         archive = Path(tmp) / "model_definition"
         with archive.open("wb") as out:
@@ -57,14 +61,24 @@ def create_training(
             summary = inspect_archive(archive, platform.archive_limits)
         except UnsafeArchiveError as e:
             raise ValidationFailed([FieldError("model_definition", str(e))]) from e
-        training = service.create_training(
-            session, platform.store, tenant, parsed, archive, summary.format
-        )
+        try:
+            training = service.create_training(
+                session,
+                platform.store,
+                tenant,
+                parsed,
+                archive,
+                summary.format,
+                secrets=platform.secrets,
+            )
+        except StoreUnavailable as e:
+            raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e
         try:
             session.commit()
         except BaseException:
             platform.store.delete_prefix(service.training_prefix(training.id))
             raise
+    platform.monitor_wakeup.set()
     response.headers["Location"] = f"/v1/trainings/{training.id}"
     return TrainingOut.of(training)
 
@@ -100,12 +114,17 @@ def get_training(training_id: str, tenant: CurrentTenant, session: SessionDep) -
     responses={202: {"description": "Stop requested; the learners are being stopped"}},
 )
 def stop_training(
-    training_id: str, tenant: CurrentTenant, session: SessionDep, response: Response
+    training_id: str,
+    tenant: CurrentTenant,
+    platform: PlatformDep,
+    session: SessionDep,
+    response: Response,
 ) -> TrainingOut:
     """Stop the training: HALTED at once if no learner started, else 202 until it is."""
     training = owned_training(session, tenant, training_id)
     halted = service.request_stop(training)
     session.commit()
+    platform.monitor_wakeup.set()
     if not halted:
         response.status_code = status.HTTP_202_ACCEPTED
     return TrainingOut.of(training)
@@ -121,7 +140,10 @@ def delete_training(
 ) -> Response:
     """Delete the training and everything stored for it, stopping it first if running."""
     training = owned_training(session, tenant, training_id)
-    deleted = service.delete_training(session, platform.store, platform.logs, training)
+    try:
+        deleted = service.delete_training(session, platform.store, platform.logs, training)
+    except StoreUnavailable as e:
+        raise ServiceUnavailable(f"the training's files cannot be deleted: {e}") from e
     session.commit()
     if deleted:
         return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,167 @@
+"""What every benchmark shares: a platform to measure, a tenant, rows in the contract shape.
+
+Each benchmark starts what it needs itself (a `dlaas up` on a temporary DLAAS_HOME by
+default) and compares against a baseline measured in the same run, so that the noise of a
+shared machine cancels out in the ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Row:
+    """One measured value, as `benchmarks/run.py --json` writes it."""
+
+    name: str
+    value: float
+    unit: str
+    baseline: float | None = None
+    ratio: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def emit(self) -> Row:
+        print(json.dumps(asdict(self)), flush=True)
+        return self
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0..100), nearest-rank, of at least one value."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def zip_code(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, content in files.items():
+            z.writestr(name, content)
+    return buf.getvalue()
+
+
+def manifest(command: str, nodes: int = 1, **framework: Any) -> str:
+    return yaml.safe_dump(
+        {
+            "name": "bench",
+            "framework": {"name": "tensorflow", "version": "2.21", "command": command, **framework},
+            "compute_configuration": {"name": "P100", "nodes": nodes},
+        }
+    )
+
+
+@dataclass
+class Platform:
+    url: str
+    home: Path
+    headers: dict[str, str]
+    process: subprocess.Popen[bytes]
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)
+
+    def submit(self, http: httpx.Client, manifest_text: str, code: bytes) -> dict[str, Any]:
+        r = http.post(
+            "/v1/trainings",
+            files={"manifest": ("m.yaml", manifest_text), "model_definition": ("c.zip", code)},
+        )
+        r.raise_for_status()
+        body: dict[str, Any] = r.json()
+        return body
+
+    def wait(
+        self, http: httpx.Client, training_id: str, done: set[str], timeout: float = 300
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            t: dict[str, Any] = http.get(f"/v1/trainings/{training_id}").json()
+            if t["status"] in done:
+                return t
+            time.sleep(0.01)
+        raise TimeoutError(f"{training_id} did not reach {done}")
+
+
+@contextmanager
+def dlaas_up(**settings: str) -> Iterator[Platform]:
+    """A `dlaas up` subprocess on a temporary DLAAS_HOME, with a standard-plan tenant."""
+    with tempfile.TemporaryDirectory(prefix="dlaas-bench-") as tmp:
+        home = Path(tmp) / "home"
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
+        env.update(DLAAS_HOME=str(home), DLAAS_ADMIN_API_KEY="bench-admin", **settings)
+        log = open(Path(tmp) / "dlaas-up.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [str(BIN / "dlaas"), "up", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(url, proc, Path(tmp) / "dlaas-up.log")
+            r = httpx.post(
+                f"{url}/v1/tenants",
+                json={"name": "bench", "plan": "standard"},
+                headers={"Authorization": "Bearer bench-admin"},
+            )
+            r.raise_for_status()
+            headers = {"Authorization": f"Bearer {r.json()['api_key']}"}
+            yield Platform(url, home, headers, proc)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dlaas up exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("dlaas up did not become healthy")

@@ -1,0 +1,115 @@
+"""What the platform adds to a user's own training time.
+
+A 2-learner training doing a fixed amount of CPU work (~30 s) is submitted through the
+platform (submit → COMPLETED seen by the client), and the same two learners are launched
+directly by hand with the same command and environment. The ratio is platform / direct.
+
+    python benchmarks/training_overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import Row, dlaas_up, manifest, median, zip_code
+
+# Deterministic CPU work: the same number of iterations whoever runs it.
+WORK = """
+import hashlib, sys, time
+rounds = int(sys.argv[1])
+start = time.time()
+digest = b"dlaas"
+for _ in range(rounds):
+    digest = hashlib.sha256(digest).digest()
+print("done", digest.hex()[:16], round(time.time() - start, 2), flush=True)
+"""
+
+
+def calibrate(seconds: float) -> int:
+    """Rounds of WORK that take about `seconds` on one core here."""
+    import hashlib
+
+    digest, rounds, start = b"dlaas", 200_000, time.perf_counter()
+    for _ in range(rounds):
+        digest = hashlib.sha256(digest).digest()
+    return int(rounds * seconds / (time.perf_counter() - start))
+
+
+def direct(rounds: int) -> float:
+    """Both learners started by hand, with the learner environment, in parallel."""
+    with tempfile.TemporaryDirectory() as tmp:
+        code = Path(tmp) / "code"
+        code.mkdir()
+        (code / "work.py").write_text(WORK)
+        start = time.monotonic()
+        procs = []
+        for i in (1, 2):
+            env = {
+                **os.environ,
+                "LEARNER_ID": str(i),
+                "NUM_LEARNERS": "2",
+                "TRAINING_ID": "direct",
+                "MODEL_DIR": str(code),
+                "RESULT_DIR": tmp,
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "work.py", str(rounds)],
+                    cwd=code,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError("a direct learner failed")
+        return time.monotonic() - start
+
+
+def run(quick: bool) -> list[Row]:
+    repeats = 1 if quick else 3
+    rounds = calibrate(30.0)
+    code = zip_code({"work.py": WORK})
+    platform_times, direct_times = [], []
+    with dlaas_up() as platform, platform.client() as http:
+        for _ in range(repeats):
+            direct_times.append(direct(rounds))
+            start = time.monotonic()
+            t = platform.submit(
+                http, manifest(f"python3 work.py {rounds}", nodes=2, parameter_servers=0), code
+            )
+            done = platform.wait(http, t["id"], {"COMPLETED", "FAILED"}, timeout=600)
+            if done["status"] != "COMPLETED":
+                raise RuntimeError(f"the training failed: {done['status_message']}")
+            platform_times.append(time.monotonic() - start)
+    through, by_hand = median(platform_times), median(direct_times)
+    return [
+        Row(
+            "training_overhead",
+            round(through, 2),
+            "s",
+            baseline=round(by_hand, 2),
+            ratio=round(through / by_hand, 3),
+            detail={
+                "platform_runs": [round(x, 2) for x in platform_times],
+                "direct_runs": [round(x, 2) for x in direct_times],
+                "learners": 2,
+                "target": "ratio <= 1.05",
+            },
+        ).emit()
+    ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    run(parser.parse_args().quick)
