@@ -7,7 +7,14 @@ polled every 10 ms.
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
+from time import monotonic
+from typing import Any
+
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES, filesystem
 
 from service.settings import Settings
 
@@ -15,6 +22,28 @@ LAUNCH = "dlaas.launch_training"
 STOP = "dlaas.stop_training"
 FINALIZE = "dlaas.finalize_training"
 QUEUE = "dlaas"
+
+
+class _AtomicChannel(filesystem.Channel):
+    """kombu's filesystem channel writes a message file in place while a consumer may
+    already move and read it: the consumer then reads an empty file and dies. Write it
+    under a name consumers ignore and rename it into place once complete."""
+
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        final = os.path.join(self.data_folder_out, name)
+        partial = os.path.join(self.data_folder_out, f".{name}.partial")
+        with open(partial, "wb") as f:
+            f.write(json.dumps(payload).encode())
+        os.rename(partial, final)
+
+
+class AtomicFilesystemTransport(filesystem.Transport):
+    Channel = _AtomicChannel
+
+
+TRANSPORT_ALIASES["dlaas-filesystem"] = "service.dispatch:AtomicFilesystemTransport"
+EMBEDDED_BROKER = "dlaas-filesystem://"
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -33,7 +62,7 @@ def make_celery(settings: Settings) -> Celery:
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
     }
-    if url.startswith("filesystem://"):
+    if url.startswith(("filesystem://", EMBEDDED_BROKER)):
         folder = settings.home_dir / "broker"
         folder.mkdir(parents=True, exist_ok=True)
         conf["broker_transport_options"] = {

@@ -136,7 +136,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        return self.broker_url or "dlaas-filesystem://"
 
     @property
     def resolved_log_store_url(self) -> str | None:
