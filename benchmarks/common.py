@@ -104,14 +104,20 @@ class Platform:
         return body
 
     def wait(
-        self, http: httpx.Client, training_id: str, done: set[str], timeout: float = 300
+        self,
+        http: httpx.Client,
+        training_id: str,
+        done: set[str],
+        timeout: float = 300,
+        poll: float = 0.01,
     ) -> dict[str, Any]:
+        """The training once in one of `done`, read every `poll` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             t: dict[str, Any] = http.get(f"/v1/trainings/{training_id}").json()
             if t["status"] in done:
                 return t
-            time.sleep(0.01)
+            time.sleep(poll)
         raise TimeoutError(f"{training_id} did not reach {done}")
 
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from service.settings import Settings
-from service.storage.base import ObjectStore
-from service.storage.local import LocalObjectStore
-from service.storage.s3 import S3ObjectStore, check_bucket_name
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+    from service.storage.base import ObjectStore
 
 
 def open_platform_store(settings: Settings) -> ObjectStore:
     """The platform's own store: the DLAAS_S3_* bucket (created on first use) when
     DLAAS_S3_ENDPOINT is set, else the directory under DLAAS_HOME."""
+    # Imported here: learners import this package and must start fast (no minio, no
+    # settings) when their store is a local directory.
+    from service.storage.local import LocalObjectStore
+    from service.storage.s3 import S3ObjectStore, check_bucket_name
+
     if settings.s3_endpoint:
         bad_bucket = check_bucket_name(settings.s3_bucket)
         if bad_bucket is not None:

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from service.domain.states import TrainingState
 from service.logs import open_log_store
@@ -42,8 +43,10 @@ from service.storage.base import (
     directory_prefix,
 )
 from service.storage.local import LocalObjectStore
-from service.storage.s3 import S3ObjectStore
 from worker.learner.spec import LearnerSpec, StoreConfig
+
+if TYPE_CHECKING:
+    from service.storage.s3 import S3ObjectStore
 
 EXIT_OK = 0
 EXIT_COMMAND_FAILED = 1
@@ -82,6 +85,9 @@ def open_store(config: StoreConfig) -> ObjectStore:
 
 def open_s3_store(config: StoreConfig) -> S3ObjectStore:
     """An S3 bucket (the platform's or a user's); PlatformError if the config is unusable."""
+    # Imported here: a learner whose stores are all local starts without minio.
+    from service.storage.s3 import S3ObjectStore
+
     if config.kind != "s3" or not config.endpoint or not config.bucket:
         raise PlatformError("the learner spec names an S3 store without an endpoint or bucket")
     access = config.access_key.get_secret_value() if config.access_key else None
