@@ -14,6 +14,7 @@ from typing import Any
 
 from service.db.models import Training
 from service.domain.states import TrainingState
+from service.logs import all_records
 from service.platform import Platform
 from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.trainings import record_transition
@@ -149,14 +150,9 @@ def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> N
     if not missing:
         return
     lines: dict[int, io.StringIO] = {i: io.StringIO() for i in missing}
-    cursor = None
-    while True:
-        records, cursor = platform.logs.read(training_id, cursor)
-        if not records:
-            break
-        for record in records:
-            if record.learner in lines:
-                lines[record.learner].write(record.render() + "\n")
+    for record in all_records(platform.logs, training_id):
+        if record.learner in lines:
+            lines[record.learner].write(record.render() + "\n")
     for i, buf in lines.items():
         with tempfile.NamedTemporaryFile("w", delete=False, suffix=".txt") as tmp:
             tmp.write(buf.getvalue())

@@ -14,7 +14,7 @@ from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_train
 from service.db.models import Training
 from service.domain.states import TrainingState
 from service.errors import BadRequest, FieldError
-from service.logs import extract_metrics
+from service.logs import all_records, extract_metrics
 from service.platform import Platform
 
 router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
@@ -105,13 +105,7 @@ def get_training_metrics(
     evaluation_metrics regexes applied to every log line."""
     training = owned_training(session, tenant, training_id)
     metrics = [(m["name"], m["regex"]) for m in training.manifest.get("evaluation_metrics", [])]
-    records = []
-    cursor = None
-    while True:
-        batch, cursor = platform.logs.read(training.id, cursor)
-        if not batch:
-            break
-        records.extend(batch)
+    records = all_records(platform.logs, training.id)
     return {
         name: [dict(p) for p in points]
         for name, points in extract_metrics(records, metrics).items()

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypedDict
 
 from service.logs.base import LogRecord, LogStore
 
-__all__ = ["LogRecord", "LogStore", "MetricPoint", "extract_metrics", "open_log_store"]
+__all__ = [
+    "LogRecord",
+    "LogStore",
+    "MetricPoint",
+    "all_records",
+    "extract_metrics",
+    "open_log_store",
+]
 
 _STEP = re.compile(r"step[ =:]+(\d+)", re.IGNORECASE)
 
@@ -34,6 +41,16 @@ def open_log_store(kind: str, *, dir: str | None = None, url: str | None = None)
 
         return RedisLogStore(url)
     raise ValueError(f"unknown log store kind {kind!r}; expected 'file' or 'redis'")
+
+
+def all_records(store: LogStore, training_id: str) -> Iterator[LogRecord]:
+    """Every record of the training's log so far, page by page (never all in memory)."""
+    cursor: str | None = None
+    while True:
+        records, cursor = store.read(training_id, cursor)
+        if not records:
+            return
+        yield from records
 
 
 class MetricPoint(TypedDict):
