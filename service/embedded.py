@@ -34,7 +34,6 @@ back): submit it again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import logging
@@ -347,8 +346,9 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             timeout_graceful_shutdown=3,
         )
     )
+    # server.run: on uvicorn's own event loop (uvloop where installed), as `uvicorn` serves.
     api = threading.Thread(
-        target=asyncio.run, args=(server.serve(sockets=[sock]),), name="dlaas-api", daemon=True
+        target=server.run, kwargs={"sockets": [sock]}, name="dlaas-api", daemon=True
     )
     failure: str | None = None
     try:

@@ -17,7 +17,7 @@ import httpx
 from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import _bearer_key, current_tenant
+from service.api.deps import authenticate, bearer_key
 from service.auth import TenantRef, hash_api_key
 from service.deployments import ScoringTarget, scoring_target
 from service.errors import ServiceUnavailable
@@ -69,8 +69,8 @@ def _authorize(
     """The caller and the READY deployment it asks for, from the database (in a worker
     thread); remembered for the next requests (see TargetCache)."""
     platform: Platform = request.app.state.platform
+    tenant = authenticate(platform, bearer_key(request))
     with platform.sessions() as session:
-        tenant = current_tenant(request, platform, session)
         target = scoring_target(session, tenant, deployment_id)
     scoring.targets.put(key_hash, tenant, target)
     return tenant, target
@@ -83,7 +83,7 @@ async def create_prediction(deployment_id: str, request: Request) -> Response:
     # deployment are known.
     scoring: ScoringService = request.app.state.scoring
     with scoring.arriving(deployment_id) as arrived:
-        key_hash = hash_api_key(_bearer_key(request))
+        key_hash = hash_api_key(bearer_key(request))
         found = scoring.targets.get(key_hash, deployment_id)
         if found is None:
             found = await run_in_threadpool(_authorize, request, scoring, key_hash, deployment_id)

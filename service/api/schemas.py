@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from service.db.models import Tenant, Training
+from service.db.repository import TrainingView
 from service.secrets import masked_reference
 
 
@@ -80,7 +81,7 @@ class TrainingOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, t: Training) -> TrainingOut:
+    def of(cls, t: Training | TrainingView) -> TrainingOut:
         return cls(
             id=t.id,
             name=t.name,

@@ -7,15 +7,24 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, File, Query, Response, UploadFile, status
+from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
+from sqlalchemy import Engine
 
 from service import trainings as service
-from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
+from service.api.deps import (
+    CurrentTenant,
+    PlatformDep,
+    SessionDep,
+    current_tenant,
+    owned_training,
+    read,
+)
 from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
 from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState
-from service.errors import BadRequest, FieldError, ServiceUnavailable, ValidationFailed
+from service.errors import BadRequest, FieldError, NotFound, ServiceUnavailable, ValidationFailed
+from service.platform import Platform
 from service.storage.archives import UnsafeArchiveError, inspect_archive
 from service.storage.base import StoreUnavailable
 from service.storage.endpoints import check_references
@@ -104,8 +113,22 @@ def list_trainings(
 
 
 @router.get("/{training_id}", response_model=TrainingOut)
-def get_training(training_id: str, tenant: CurrentTenant, session: SessionDep) -> TrainingOut:
-    return TrainingOut.of(owned_training(session, tenant, training_id))
+async def get_training(training_id: str, request: Request) -> Response:
+    """The training, its learners and its status history."""
+    # What every client following a training polls: no FastAPI dependencies to solve,
+    # three prepared queries, no ORM objects (see deps.read).
+    platform: Platform = request.app.state.platform
+    tenant = await current_tenant(request, platform)
+    body = await read(platform, _training_json, platform.engine, tenant.id, training_id)
+    return Response(body, media_type="application/json")
+
+
+def _training_json(engine: Engine, tenant_id: str, training_id: str) -> bytes:
+    with engine.connect() as conn:
+        view = repository.training_view(conn, tenant_id, training_id)
+    if view is None:
+        raise NotFound(f"training {training_id} not found")
+    return TrainingOut.of(view).model_dump_json().encode()
 
 
 @router.post(

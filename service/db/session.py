@@ -21,8 +21,16 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        # No pre-ping: a file opened in this process does not go stale as a server
+        # connection can, and the ping would cost as much as a query.
+        # A pool as large as the API's worker threads (40): connections above pool_size
+        # are closed when returned, and reopening one (schema read, pragmas) costs ten
+        # times the query it was opened for.
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=True
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=40,
+            max_overflow=20,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

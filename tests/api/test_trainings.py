@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from service.db.models import Training
+from service.domain.states import TrainingState
 from service.platform import Platform
+from service.trainings import record_transition
 from tests.conftest import create_tenant, manifest_yaml, submit, zip_of
 
 
@@ -27,6 +30,42 @@ def test_submit_and_read(client: TestClient, tenant: dict[str, str], platform: P
     assert client.get(f"/v1/trainings/{t['id']}", headers=tenant).json() == t
     stored = [o.key for o in platform.store.list(f"trainings/{t['id']}/")]
     assert stored == [f"trainings/{t['id']}/model_definition.zip"]
+
+
+def test_read_shows_what_the_workers_recorded(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    """GET /v1/trainings/{id} reads with its own queries (no ORM objects): it shows what
+    the list (ORM objects) shows, after transitions and learner updates."""
+    r = submit(client, tenant, manifest_yaml(compute_configuration={"name": "P100", "nodes": 2}))
+    training_id = r.json()["id"]
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        assert training is not None
+        for state in (TrainingState.PENDING, TrainingState.DOWNLOADING, TrainingState.RUNNING):
+            record_transition(training, state, f"now {state}")
+        training.learners[1].status = TrainingState.FAILED
+        training.learners[1].exit_code = 3
+        session.commit()
+    shown = client.get(f"/v1/trainings/{training_id}", headers=tenant)
+    assert shown.status_code == 200
+    assert shown.headers["content-type"] == "application/json"
+    t = shown.json()
+    assert t == client.get("/v1/trainings", headers=tenant).json()["items"][0]
+    assert [h["status"] for h in t["status_history"]] == [
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "RUNNING",
+    ]
+    assert t["status_history"][-1]["message"] == "now RUNNING"
+    assert t["status"] == "RUNNING" and t["started_at"] is not None
+    assert t["learners"] == [
+        {"learner_id": 1, "status": "QUEUED", "exit_code": None},
+        {"learner_id": 2, "status": "FAILED", "exit_code": 3},
+    ]
+    other = create_tenant(client, "someone-else")
+    assert client.get(f"/v1/trainings/{training_id}", headers=other).status_code == 404
 
 
 def test_tar_gz_archive_is_accepted(

@@ -1,0 +1,102 @@
+"""The benchmarks' load generator: what it sends, what it reads back, what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from benchmarks.loadgen import HTTPStatusError, encode_request, hammer
+
+
+class Server:
+    """An HTTP/1.1 keep-alive server answering by path, remembering the requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0)
+        )
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                self.requests.append(head + body)
+                path = head.split(b" ")[1]
+                if path == b"/chunked":
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+                    )
+                elif path == b"/fail":
+                    writer.write(b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\nbad!")
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        self.ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with Server() as s:
+        yield s
+
+
+def test_request_bytes() -> None:
+    host, port, request = encode_request(
+        "http://127.0.0.1:8080/v1/x?limit=5", "POST", {"Authorization": "Bearer k"}, b"{}"
+    )
+    assert (host, port) == ("127.0.0.1", 8080)
+    assert request == (
+        b"POST /v1/x?limit=5 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+        b"Authorization: Bearer k\r\nContent-Length: 2\r\n\r\n{}"
+    )
+
+
+@pytest.mark.parametrize("path", ["/plain", "/chunked"])
+def test_keep_alive_closed_loop(server: Server, path: str) -> None:
+    load = hammer(
+        f"http://127.0.0.1:{server.port}{path}",
+        method="POST",
+        body=b'{"a": 1}',
+        concurrency=3,
+        seconds=0.3,
+        warmup=0.05,
+    )
+    assert len(load.latencies) > 10
+    assert load.per_second == pytest.approx(len(load.latencies) / load.elapsed)
+    # Every request went out whole, on keep-alive connections, none left half-read.
+    assert len(server.requests) >= len(load.latencies)
+    assert all(r.endswith(b'\r\n\r\n{"a": 1}') for r in server.requests)
+
+
+def test_error_status_stops_the_run(server: Server) -> None:
+    with pytest.raises(HTTPStatusError, match="500"):
+        hammer(f"http://127.0.0.1:{server.port}/fail", seconds=0.2, warmup=0)
