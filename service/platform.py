@@ -23,7 +23,7 @@ from service.storage import open_platform_store
 from service.storage.archives import ArchiveLimits
 from service.storage.base import ObjectStore
 from service.storage.endpoints import EndpointPolicy
-from worker.learner.spec import LogSinkConfig, StoreConfig
+from worker.learner.spec import LogSinkConfig, Secret, StoreConfig
 
 
 def load_catalog(path: Path | None) -> Catalog:
@@ -87,8 +87,8 @@ class Platform:
             return StoreConfig(
                 kind="s3",
                 endpoint=s.s3_endpoint,
-                access_key=s.s3_access_key,
-                secret_key=s.s3_secret_key,
+                access_key=Secret.of(s.s3_access_key),
+                secret_key=Secret.of(s.s3_secret_key),
                 bucket=s.s3_bucket,
                 region=s.s3_region,
             )

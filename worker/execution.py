@@ -20,7 +20,7 @@ from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.trainings import record_transition
 from worker.backends.base import Backend, StartRequest
 from worker.launchers.plan import TrainingSpec
-from worker.learner.spec import BucketLocation, StoreConfig
+from worker.learner.spec import BucketLocation, Secret, StoreConfig
 
 log = logging.getLogger("dlaas.worker")
 
@@ -60,8 +60,8 @@ def _bucket(ref: dict[str, Any], box: SecretBox, where: str, prefix: str) -> Buc
     store = StoreConfig(
         kind="s3",
         endpoint=connection["endpoint_url"],
-        access_key=connection["access_key_id"],
-        secret_key=connection["secret_access_key"],
+        access_key=Secret.of(connection["access_key_id"]),
+        secret_key=Secret.of(connection["secret_access_key"]),
         bucket=ref[where]["bucket"],
         region=connection.get("region"),
     )

@@ -25,7 +25,7 @@ from tests.conftest import submit, zip_of
 from tests.integration.platform_harness import LivePlatform, live_platform
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
 from worker.backends.base import Observation
-from worker.learner.spec import BucketLocation, LearnerSpec, LogSinkConfig, StoreConfig
+from worker.learner.spec import BucketLocation, LearnerSpec, LogSinkConfig, Secret, StoreConfig
 from worker.learner.wrapper import _Learner
 from worker.monitor import Monitor
 
@@ -224,8 +224,8 @@ def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Pat
     user = StoreConfig(
         kind="s3",
         endpoint=s3.url,
-        access_key=USER_KEY,  # type: ignore[arg-type]
-        secret_key=USER_SECRET,  # type: ignore[arg-type]
+        access_key=Secret(USER_KEY),
+        secret_key=Secret(USER_SECRET),
         bucket="user-data",
     )
     spec = LearnerSpec(
