@@ -6,11 +6,12 @@ model in this process, and dynamic batching on against off.
 Runs the platform on a temporary DLAAS_HOME (the API under uvicorn with scoring in its
 process, a Celery worker, the monitor), trains the models through it (real TensorFlow
 learners), deploys them, and stops the worker and the monitor. A second API process on the
-same home runs with DLAAS_SCORING_BATCHING=false. The load generator is an async httpx
-client at a fixed concurrency. Prints one JSON row per measurement: `{name, value, unit,
-baseline, ratio, detail}`, ratio = value / baseline, each value the median over the
-repeats. What is compared is measured in turn within each repeat (in-process, then the
-endpoint; batching on, then off), so a noisy neighbour hits both alike.
+same home runs with DLAAS_SCORING_BATCHING=false. The load generator is
+benchmarks/loadgen.py (keep-alive connections over asyncio streams) at a fixed concurrency.
+Prints one JSON row per measurement: `{name, value, unit, baseline, ratio, detail}`,
+ratio = value / baseline, each value the median over the repeats. What is compared is
+measured in turn within each repeat (in-process, then the endpoint; batching on, then
+off), so a noisy neighbour hits both alike.
 
 Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1), `mlp`
 (32 inputs, 4 x 1024 relu, 10 outputs) and `wide` (32 inputs, 2 x 4096 relu, 10 outputs).
@@ -19,7 +20,6 @@ Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1),
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import signal
@@ -40,6 +40,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import ROOT, Row, free_port, manifest, median, percentile, zip_code
+from benchmarks.loadgen import hammer
 
 ADMIN = "bench-admin"
 BATCHING_CONCURRENCY = 8
@@ -263,33 +264,6 @@ def in_process(function: Any, batch: np.ndarray, seconds: float) -> Sample:
     return Sample(len(latencies) * len(batch) / (time.perf_counter() - start), latencies)
 
 
-async def _load(
-    url: str, headers: dict[str, str], path: str, body: bytes, concurrency: int, seconds: float
-) -> tuple[list[float], float]:
-    """Latencies of the requests sent in `seconds` after a warm-up, and the time taken."""
-    latencies: list[float] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    headers = {**headers, "Content-Type": "application/json"}
-    async with httpx.AsyncClient(
-        base_url=url, headers=headers, limits=limits, timeout=60
-    ) as client:
-
-        async def worker(until: float, record: bool) -> None:
-            while (sent := time.perf_counter()) < until:
-                r = await client.post(path, content=body)
-                if r.status_code != 200:
-                    raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
-                if record:
-                    latencies.append(time.perf_counter() - sent)
-
-        warm_until = time.perf_counter() + 0.25
-        await asyncio.gather(*(worker(warm_until, False) for _ in range(concurrency)))
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(start + seconds, True) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    return latencies, elapsed
-
-
 def through_endpoint(
     bench: Bench,
     url: str,
@@ -300,10 +274,15 @@ def through_endpoint(
 ) -> Sample:
     """`concurrency` clients, each posting {"instances": batch} as soon as it has its answer."""
     # Encoded once: the load generator shares the machine with the server.
-    body = orjson.dumps({"instances": batch.tolist()})
-    path = f"/v1/deployments/{deployment_id}/predictions"
-    latencies, elapsed = asyncio.run(_load(url, bench.headers, path, body, concurrency, seconds))
-    return Sample(len(latencies) * len(batch) / elapsed, latencies)
+    load = hammer(
+        f"{url}/v1/deployments/{deployment_id}/predictions",
+        method="POST",
+        headers={**bench.headers, "Content-Type": "application/json"},
+        body=orjson.dumps({"instances": batch.tolist()}),
+        concurrency=concurrency,
+        seconds=seconds,
+    )
+    return Sample(load.per_second * len(batch), load.latencies)
 
 
 def endpoint_vs_in_process(
