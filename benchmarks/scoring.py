@@ -364,7 +364,7 @@ def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any
 def run(quick: bool) -> list[Row]:
     """Every scoring row, then the two headline rows of benchmarks/run.py: the "small dense
     model" is `mlp` (the tiny keras-single model's ratios are in their own rows)."""
-    args = argparse.Namespace(seconds=0.75 if quick else 1.25, repeats=2 if quick else 3)
+    args = argparse.Namespace(seconds=1.0 if quick else 1.5, repeats=3 if quick else 5)
     rows = run_all(args)
     by_name = {r.name: r for r in rows}
     served = by_name["scoring_mlp_b64_predictions_per_s"]

@@ -69,7 +69,7 @@ def make_celery(settings: Settings) -> Celery:
             "data_folder_in": str(folder),
             "data_folder_out": str(folder),
             "control_folder": str(folder / "control"),
-            "polling_interval": 0.01,
+            "polling_interval": 0.02,
             "store_processed": False,
         }
     app.conf.update(conf)

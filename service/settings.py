@@ -65,7 +65,10 @@ class Settings(BaseSettings):
         description="Give each local learner its own network namespace; unset: when available.",
     )
     monitor_interval: float = Field(
-        default=0.1, gt=0, description="Seconds between two passes of the monitor."
+        default=0.25,
+        gt=0,
+        description="Seconds between two passes of the monitor. It is also woken at once by "
+        "learners' status changes (local backend) and by the API in the same process.",
     )
     stop_grace_seconds: float = Field(
         default=3.0, ge=0, description="SIGTERM to SIGKILL grace when learners are stopped."

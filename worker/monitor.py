@@ -1,6 +1,7 @@
 """The monitor: one reconcile loop that turns backend observations into training states.
 
-Each pass (every DLAAS_MONITOR_INTERVAL seconds) it
+Each pass (every DLAAS_MONITOR_INTERVAL seconds, and at once when the backend says a
+learner's status changed or, in `dlaas up`, when the API wrote an intent) it
 1. observes every active training and applies service.domain.lifecycle's decision
    (progress, gang failure, completion, timeout, stop requests), recording each transition
    and each learner's state, then dispatches the actions (stop, finalize) to the worker;
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from service.db.models import Tenant, Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH, STOP
@@ -55,6 +56,10 @@ STOP_RETRY = 10.0
 _LOCK_ID = 0x444C4142
 
 
+# How often a monitor waiting for its next pass looks whether it was asked to stop.
+STOP_CHECK = 0.5
+
+
 class Monitor:
     def __init__(self, platform: Platform, backend: Backend) -> None:
         self.platform = platform
@@ -68,7 +73,11 @@ class Monitor:
         outbox: list[tuple[str, str]] = []
         with self.platform.sessions() as session:
             active = session.scalars(
-                select(Training).where(Training.status.in_(ACTIVE)).order_by(Training.created_at)
+                select(Training)
+                .where(Training.status.in_(ACTIVE))
+                .order_by(Training.created_at)
+                # The history is only appended to, on a transition: loaded then, if ever.
+                .options(lazyload(Training.events))
             ).all()
             for training in active:
                 self._reconcile(session, training, now, outbox)
@@ -211,7 +220,9 @@ class Monitor:
     def run(self, stop: threading.Event) -> None:
         interval = self.platform.settings.monitor_interval
         wakeup = self.platform.monitor_wakeup
-        with self._leadership(stop):
+        # Woken at once by the API in this process (embedded) and by learners' status
+        # changes (the backend's notifications); polling catches everything else.
+        with self._leadership(stop), self.backend.changes(wakeup.set):
             log.info("monitor running (every %.2f s)", interval)
             while not stop.is_set():
                 started = time.monotonic()
@@ -220,7 +231,11 @@ class Monitor:
                     self.tick()
                 except Exception:
                     log.exception("monitor pass failed; retrying")
-                wakeup.wait(max(0.0, interval - (time.monotonic() - started)))
+                next_pass = started + interval
+                # In slices, so that a stop is seen soon whatever the interval.
+                while not stop.is_set() and (left := next_pass - time.monotonic()) > 0:
+                    if wakeup.wait(min(left, STOP_CHECK)):
+                        break
 
     @contextlib.contextmanager
     def _leadership(self, stop: threading.Event) -> Iterator[None]:

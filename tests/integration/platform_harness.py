@@ -155,12 +155,14 @@ def live_platform(
     runs in a thread, or as a subprocess a test can kill with `monitor_process`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
     env.update(
-        DLAAS_HOME=str(home),
-        DLAAS_DATABASE_URL=database_url,
-        DLAAS_ADMIN_API_KEY=ADMIN,
-        DLAAS_STOP_GRACE_SECONDS="2",
-        DLAAS_MONITOR_INTERVAL="0.1",
-        **extra,
+        {
+            "DLAAS_HOME": str(home),
+            "DLAAS_DATABASE_URL": database_url,
+            "DLAAS_ADMIN_API_KEY": ADMIN,
+            "DLAAS_STOP_GRACE_SECONDS": "2",
+            "DLAAS_MONITOR_INTERVAL": "0.1",
+            **extra,
+        }
     )
     settings = Settings(
         **{k.removeprefix("DLAAS_").lower(): v for k, v in env.items() if k.startswith("DLAAS_")}

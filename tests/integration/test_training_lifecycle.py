@@ -219,3 +219,49 @@ def test_without_namespaces_learners_share_the_loopback(tmp_path: Path) -> None:
     hosts = {w.split(":")[0] for w in workers}
     ports = {w.split(":")[1] for w in workers}
     assert hosts == {"127.0.0.1"} and len(ports) == 2
+
+
+def test_learners_wake_the_monitor(tmp_path: Path, database_url: str) -> None:
+    """With a monitor that would poll only every 60 s, a training still goes from submit
+    to COMPLETED in seconds: the API wakes the monitor (same process) and each learner's
+    status change is sent to it (the local backend's notification socket)."""
+    settings = {**cluster_settings(database_url), "DLAAS_MONITOR_INTERVAL": "60"}
+    with live_platform(tmp_path / "home", database_url, **settings) as live:
+        started = time.monotonic()
+        t = live.submit(manifest("sleep 0.5", nodes=2, framework={"parameter_servers": 0}), ENV)
+        done = live.wait_for(t["id"], {"COMPLETED", "FAILED", "HALTED"}, timeout=30)
+        elapsed = time.monotonic() - started
+        socket_path = live.settings.work_dir / "monitor.sock"
+        assert socket_path.is_socket()
+    assert done["status"] == "COMPLETED", done
+    assert [h["status"] for h in done["status_history"]] == [
+        "QUEUED",
+        "PENDING",
+        "DOWNLOADING",
+        "RUNNING",
+        "STORING",
+        "COMPLETED",
+    ]
+    assert elapsed < 30  # 60 s polling would not have seen the first learner start
+    assert not socket_path.exists()  # the monitor cleans up after itself
+
+
+def test_notifications_without_a_listener_are_harmless(tmp_path: Path) -> None:
+    """A learner whose monitor is gone (or whose socket path is too long to bind) goes on:
+    the monitor's polling sees its status."""
+    from worker.backends.local import LocalBackend
+    from worker.learner.wrapper import notify
+
+    notify(str(tmp_path / "nobody-listens.sock"), "t1")
+    backend = LocalBackend(tmp_path / ("x" * 120), use_namespaces=False)
+    woken: list[bool] = []
+    with backend.changes(lambda: woken.append(True)):  # cannot bind: polling only
+        notify(str(backend.notify_path), "t1")
+    assert woken == []
+    backend = LocalBackend(tmp_path / "work", use_namespaces=False)
+    with backend.changes(lambda: woken.append(True)):
+        notify(str(backend.notify_path), "t1")
+        deadline = time.monotonic() + 5
+        while not woken and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert woken == [True]

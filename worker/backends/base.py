@@ -6,6 +6,8 @@ reconciles from what the backend reports instead of guessing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,4 +58,10 @@ class Backend(Protocol):
 
     def slots(self) -> int:
         """How many learners this backend can run at once."""
+        ...
+
+    def changes(self, wake: Callable[[], None]) -> AbstractContextManager[None]:
+        """While in the block, call `wake` soon after a learner's state changes (a phase,
+        an exit), so the monitor need not poll fast to notice. Best effort: the monitor
+        still polls, and a backend that cannot tell may never call it."""
         ...

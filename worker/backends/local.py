@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,8 @@ from worker.launchers.plan import Addressing, LaunchPlan, MpiSetup
 from worker.learner.spec import LearnerSpec
 
 # A learner whose wrapper has not reported within this many seconds never started.
+log = logging.getLogger(__name__)
+
 START_TIMEOUT = 60.0
 _FALLBACK_NOTE = (
     "learner namespaces are unavailable here ({why}); learners share 127.0.0.1 on distinct "
@@ -107,6 +112,52 @@ class LocalBackend:
 
     def slots(self) -> int:
         return self._slots
+
+    @property
+    def notify_path(self) -> Path:
+        """The socket learners' wrappers tell the monitor about status changes on."""
+        return self.work_root / "monitor.sock"
+
+    @contextlib.contextmanager
+    def changes(self, wake: Callable[[], None]) -> Iterator[None]:
+        """Listen on notify_path: each datagram (a learner's status changed) calls `wake`."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self.work_root.mkdir(parents=True, exist_ok=True)
+            self.notify_path.unlink(missing_ok=True)
+            sock.bind(str(self.notify_path))
+        except OSError as e:  # e.g. a path over the 107 bytes of a socket address
+            sock.close()
+            log.warning("learners cannot notify the monitor (%s); it polls instead", e)
+            yield
+            return
+        stopping = threading.Event()
+
+        def listen() -> None:
+            while True:
+                try:
+                    sock.recv(256)
+                except OSError:
+                    return
+                if stopping.is_set():
+                    return
+                wake()
+
+        listener = threading.Thread(target=listen, name="learner-changes", daemon=True)
+        listener.start()
+        try:
+            yield
+        finally:
+            stopping.set()
+            # Wake the listener up, to see that it is over.
+            with (
+                contextlib.suppress(OSError),
+                socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as poke,
+            ):
+                poke.sendto(b"", str(self.notify_path))
+            listener.join(2)
+            sock.close()
+            self.notify_path.unlink(missing_ok=True)
 
     def _dir(self, training_id: str) -> Path:
         return self.work_root / training_id
@@ -196,6 +247,7 @@ class LocalBackend:
                 ready_file=str(ready),
                 wait_for=peers if lp.waits_for_peers else [],
                 stop_grace_seconds=self.stop_grace_seconds,
+                notify_socket=str(self.notify_path),
             )
             learner_spec.write(ldir / "spec.json")
             learners.append(

@@ -188,6 +188,8 @@ class LearnerSpec:
     wait_for: list[str] = field(default_factory=list)
     wait_timeout: float = 600.0
     stop_grace_seconds: float = 5.0
+    # A Unix datagram socket to tell the backend's monitor that the status file changed.
+    notify_socket: str | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -213,6 +215,7 @@ class LearnerSpec:
         "ready_file": _OPT_STR,
         "wait_for": (list,),
         "wait_timeout": (int, float),
+        "notify_socket": _OPT_STR,
         "stop_grace_seconds": (int, float),
     }
 

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -110,6 +111,19 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover - the loop returns
+
+
+def notify(socket_path: str | None, training_id: str) -> None:
+    """Tell the backend's monitor that a status file changed, so it need not poll fast to
+    see it. Best effort: when nobody listens, the monitor's polling still finds it."""
+    if not socket_path:
+        return
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(training_id.encode(), socket_path)
+    except OSError:
+        pass
 
 
 def write_status(
@@ -351,6 +365,7 @@ class _Learner:
             phases=self.phase_times,
         )
         self.phase = phase
+        notify(self.spec.notify_socket, self.spec.training_id)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
