@@ -20,6 +20,15 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
+def install_common(app: FastAPI, platform: Platform) -> None:
+    """What every app of the platform has: its platform, the body size limit, the fast
+    path of predictions (inside the limit) and the problem+json error handlers."""
+    app.state.platform = platform
+    app.add_middleware(predictions.FastPredictions)
+    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
+    install_problem_handlers(app)
+
+
 def create_app(settings: Settings | None = None, platform: Platform | None = None) -> FastAPI:
     """The API app. Pass a Platform to share one with a worker in the same process."""
     platform = platform or Platform.from_settings(settings or Settings())
@@ -38,14 +47,13 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
     )
-    app.state.platform = platform
-    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
-    install_problem_handlers(app)
+    install_common(app, platform)
+    # Routes are matched in order: the hot paths first (predictions, then trainings).
+    app.include_router(predictions.predictions_router(platform))
+    app.include_router(trainings.router)
     app.include_router(health.router)
     app.include_router(tenants.router)
-    app.include_router(trainings.router)
     app.include_router(logs.router)
     app.include_router(results.router)
     app.include_router(deployments.router)
-    app.include_router(predictions.predictions_router(platform))
     return app

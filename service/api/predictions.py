@@ -8,6 +8,7 @@ part of an app's lifespan that starts either.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,11 +17,13 @@ from urllib.parse import quote
 import httpx
 from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.deps import authenticate, bearer_key
+from service.api.problems import dlaas_problem
 from service.auth import TenantRef, hash_api_key
 from service.deployments import ScoringTarget, scoring_target
-from service.errors import ServiceUnavailable
+from service.errors import DlaasError, ServiceUnavailable
 from service.platform import Platform
 from service.scoring.inputs import encode_answer
 from service.scoring.service import ScoringService
@@ -79,8 +82,14 @@ def _authorize(
 @router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
 async def create_prediction(deployment_id: str, request: Request) -> Response:
     """Score instances with the deployed model."""
-    # The hot path: no FastAPI dependencies, and no worker thread once the caller and the
-    # deployment are known.
+    # Declared for the OpenAPI document and for apps without FastPredictions; in the
+    # shipped apps FastPredictions answers before routing.
+    return await predict(request, deployment_id)
+
+
+async def predict(request: Request, deployment_id: str) -> Response:
+    """The answer to a prediction request. The hot path: no FastAPI dependencies, and no
+    worker thread once the caller and the deployment are known."""
     scoring: ScoringService = request.app.state.scoring
     with scoring.arriving(deployment_id) as arrived:
         key_hash = hash_api_key(bearer_key(request))
@@ -98,6 +107,35 @@ async def create_prediction(deployment_id: str, request: Request) -> Response:
             "X-RateLimit-Remaining": str(decision.remaining),
         },
     )
+
+
+_PREDICTIONS = re.compile(r"/v1/deployments/([^/]+)/predictions")
+
+
+class FastPredictions:
+    """Answers POST /v1/deployments/{id}/predictions when scoring runs in this process,
+    ahead of routing: the framework's exception middleware, router, request handler and
+    dependency solving took about half of the event loop's time per prediction (py-spy,
+    batch-1 requests at concurrency 8). Same code (`predict`) and same problem+json
+    answers as the route; the outer middleware (body size limit, the 500 handler) still
+    applies."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            match = _PREDICTIONS.fullmatch(scope["path"])
+            if match is not None and hasattr(scope["app"].state, "scoring"):
+                request = Request(scope, receive)
+                response: Response
+                try:
+                    response = await predict(request, match.group(1))
+                except DlaasError as exc:
+                    response = dlaas_problem(exc, scope["path"])
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 proxy_router = APIRouter(tags=["deployments"])

@@ -40,6 +40,22 @@ def problem(
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+def dlaas_problem(exc: DlaasError, instance: str) -> JSONResponse:
+    """What the API answers when it refuses a request with `exc`."""
+    headers = dict(exc.headers)
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return problem(
+        exc.status,
+        exc.title,
+        exc.detail,
+        slug=exc.slug,
+        instance=instance,
+        errors=exc.errors,
+        headers=headers or None,
+    )
+
+
 def _request_field(loc: tuple[Any, ...]) -> str:
     # ("body", "model_definition") -> "model_definition"; ("query", "limit") -> "limit"
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else loc
@@ -49,18 +65,7 @@ def _request_field(loc: tuple[Any, ...]) -> str:
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas(request: Request, exc: DlaasError) -> JSONResponse:
-        headers = dict(exc.headers)
-        if exc.status == 401:
-            headers["WWW-Authenticate"] = "Bearer"
-        return problem(
-            exc.status,
-            exc.title,
-            exc.detail,
-            slug=exc.slug,
-            instance=request.url.path,
-            errors=exc.errors,
-            headers=headers or None,
-        )
+        return dlaas_problem(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

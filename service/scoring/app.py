@@ -13,9 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api import health, predictions
-from service.api.app import _operation_id
-from service.api.limits import BodySizeLimit
-from service.api.problems import install_problem_handlers
+from service.api.app import _operation_id, install_common
 from service.platform import Platform
 from service.settings import Settings
 
@@ -39,9 +37,7 @@ def create_scoring_app(
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
     )
-    app.state.platform = platform
-    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
-    install_problem_handlers(app)
+    install_common(app, platform)
     app.include_router(health.router)
     app.include_router(predictions.predictions_router(platform, local=True))
     return app

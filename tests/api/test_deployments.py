@@ -7,6 +7,8 @@ a SavedModel built here with TensorFlow in their results; no worker runs.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service.api.predictions import FastPredictions
 from service.db.models import Deployment, Training
 from service.domain.states import TrainingState
 from service.platform import Platform
@@ -334,3 +337,56 @@ def test_the_plan_limits_predictions_per_minute(
     assert predict(client, lite, d, {"instances": [[0.0, 1.0]] * 200}).status_code == 200
     r = predict(client, lite, d, {"instances": [[0.0, 1.0]] * 501})
     assert r.status_code == 400 and r.json()["errors"][0]["field"] == "/instances"
+
+
+def test_predictions_are_answered_ahead_of_routing(
+    client: TestClient, tenant: dict[str, str], deployed: dict[str, Any]
+) -> None:
+    """FastPredictions answers POST .../predictions itself, with what the route would
+    answer (the tests above go through it), and hands everything else to the app."""
+    app = client.app
+    routed: list[tuple[str, str]] = []
+
+    async def router(scope: Any, receive: Any, send: Any) -> None:
+        routed.append((scope["method"], scope["path"]))
+
+    fast = FastPredictions(router)
+
+    async def call(method: str, path: str, body: bytes) -> list[dict[str, Any]]:
+        scope = {
+            "type": "http",
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"authorization", tenant["Authorization"].encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "app": app,
+        }
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await fast(scope, receive, send)
+        return sent
+
+    path = f"/v1/deployments/{deployed['id']}/predictions"
+    ok = asyncio.run(call("POST", path, b'{"instances": [[1.0, 0.0]]}'))
+    assert ok[0]["status"] == 200
+    assert len(json.loads(ok[1]["body"])["predictions"]) == 1
+    missing = asyncio.run(call("POST", "/v1/deployments/nosuch/predictions", b"{}"))
+    assert missing[0]["status"] == 404
+    assert (b"content-type", b"application/problem+json") in missing[0]["headers"]
+    assert json.loads(missing[1]["body"])["instance"] == "/v1/deployments/nosuch/predictions"
+    assert routed == []
+    asyncio.run(call("GET", path, b""))
+    asyncio.run(call("POST", f"/v1/deployments/{deployed['id']}", b""))
+    assert routed == [("GET", path), ("POST", f"/v1/deployments/{deployed['id']}")]
