@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from service.api import deployments, health, logs, predictions, results, tenants, trainings
+from service.api.deps import LoopReads
 from service.api.limits import BodySizeLimit
 from service.api.problems import install_problem_handlers
 from service.platform import Platform
@@ -37,8 +38,12 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if platform.settings.auto_migrate:
             platform.migrate()
-        async with predictions.serving(app, platform):
-            yield
+        app.state.reads = LoopReads(platform.engine)
+        try:
+            async with predictions.serving(app, platform):
+                yield
+        finally:
+            await app.state.reads.aclose()
 
     app = FastAPI(
         title="DLaaS",

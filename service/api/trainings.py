@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
-from sqlalchemy import Engine
+from sqlalchemy import Connection
 
 from service import trainings as service
 from service.api.deps import (
     CurrentTenant,
+    LoopReads,
     PlatformDep,
     SessionDep,
     current_tenant,
     owned_training,
-    read,
 )
 from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
@@ -116,16 +116,16 @@ def list_trainings(
 async def get_training(training_id: str, request: Request) -> Response:
     """The training, its learners and its status history."""
     # What every client following a training polls: no FastAPI dependencies to solve,
-    # three prepared queries, no ORM objects (see deps.read).
+    # three prepared queries, no ORM objects, no worker thread (see deps.LoopReads).
     platform: Platform = request.app.state.platform
     tenant = await current_tenant(request, platform)
-    body = await read(platform, _training_json, platform.engine, tenant.id, training_id)
+    reads: LoopReads = request.app.state.reads
+    body = await reads(_training_json, tenant.id, training_id)
     return Response(body, media_type="application/json")
 
 
-def _training_json(engine: Engine, tenant_id: str, training_id: str) -> bytes:
-    with engine.connect() as conn:
-        view = repository.training_view(conn, tenant_id, training_id)
+def _training_json(conn: Connection, tenant_id: str, training_id: str) -> bytes:
+    view = repository.training_view(conn, tenant_id, training_id)
     if view is None:
         raise NotFound(f"training {training_id} not found")
     return TrainingOut.of(view).model_dump_json().encode()

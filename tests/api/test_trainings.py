@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from service.db.models import Training
 from service.domain.states import TrainingState
@@ -279,3 +280,28 @@ def test_unknown_route_is_problem_json(client: TestClient) -> None:
 def test_lite_plan_accepts_single_node(client: TestClient) -> None:
     lite = create_tenant(client, "student", "lite")
     assert submit(client, lite).status_code == 201
+
+
+def test_reads_survive_the_database_dropping_connections(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    """GET /v1/trainings/{id} reads without pinging a pooled connection first (on a
+    server database): a connection the server dropped (a restart, a failover) is retried
+    once on a new one, so the client sees no error."""
+    if platform.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite connections are files in this process; nothing drops them")
+    training_id = submit(client, tenant).json()["id"]
+    path = f"/v1/trainings/{training_id}"
+    assert client.get(path, headers=tenant).status_code == 200  # a pooled connection now
+    with platform.engine.connect() as conn:
+        dropped = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+    assert dropped >= 1
+    for _ in range(3):
+        r = client.get(path, headers=tenant)
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == training_id
