@@ -93,23 +93,25 @@ def create_training(
 
 
 @router.get("", response_model=TrainingList)
-def list_trainings(
+async def list_trainings(
+    request: Request,
     tenant: CurrentTenant,
-    session: SessionDep,
     status: Annotated[TrainingState | None, Query(description="Only this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-) -> TrainingList:
+) -> Response:
     """The tenant's trainings, newest first."""
+    reads: LoopReads = request.app.state.reads
     try:
-        rows, next_cursor = repository.list_trainings(
-            session, tenant.id, status=status, limit=limit, cursor=cursor
+        views, next_cursor = await reads(
+            repository.list_training_views, tenant.id, status=status, limit=limit, cursor=cursor
         )
     except ValueError as e:
         raise BadRequest(
             "cursor is not one this service returned", errors=[FieldError("cursor", str(e))]
         ) from e
-    return TrainingList(items=[TrainingOut.of(t) for t in rows], next_cursor=next_cursor)
+    page = TrainingList(items=[TrainingOut.of(v) for v in views], next_cursor=next_cursor)
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{training_id}", response_model=TrainingOut)

@@ -93,8 +93,8 @@ def training_view(conn: Connection, tenant_id: str, training_id: str) -> Trainin
     )
 
 
-def encode_cursor(training: Training) -> str:
-    raw = json.dumps([training.created_at.isoformat(), training.id]).encode()
+def encode_cursor(created_at: datetime, training_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), training_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -108,16 +108,19 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValueError("invalid cursor") from e
 
 
-def list_trainings(
-    session: Session,
+def list_training_views(
+    conn: Connection,
     tenant_id: str,
     *,
     status: str | None,
     limit: int,
     cursor: str | None,
-) -> tuple[Sequence[Training], str | None]:
-    """A page of the tenant's trainings, newest first, and the cursor of the next page."""
-    stmt = select(Training).where(Training.tenant_id == tenant_id)
+) -> tuple[list[TrainingView], str | None]:
+    """A page of the tenant's trainings, newest first, and the cursor of the next page:
+    three statements (the page, its learners, its histories), no ORM objects."""
+    stmt = select(*(Training.__table__.c[name] for name in _VIEW_COLUMNS)).where(
+        Training.tenant_id == tenant_id
+    )
     if status is not None:
         stmt = stmt.where(Training.status == status)
     if cursor is not None:
@@ -129,10 +132,29 @@ def list_trainings(
             )
         )
     stmt = stmt.order_by(Training.created_at.desc(), Training.id.desc()).limit(limit + 1)
-    rows = session.scalars(stmt).all()
-    if len(rows) > limit:
-        return rows[:limit], encode_cursor(rows[limit - 1])
-    return rows, None
+    rows = conn.execute(stmt).all()
+    page = rows[:limit]
+    ids = [r.id for r in page]
+    learners: dict[str, list[Any]] = {i: [] for i in ids}
+    events: dict[str, list[Any]] = {i: [] for i in ids}
+    if ids:
+        for lr in conn.execute(
+            select(Learner.training_id, Learner.learner_id, Learner.status, Learner.exit_code)
+            .where(Learner.training_id.in_(ids))
+            .order_by(Learner.training_id, Learner.learner_id)
+        ):
+            learners[lr.training_id].append(lr)
+        for ev in conn.execute(
+            select(StatusEvent.training_id, StatusEvent.status, StatusEvent.at, StatusEvent.message)
+            .where(StatusEvent.training_id.in_(ids))
+            .order_by(StatusEvent.id)
+        ):
+            events[ev.training_id].append(ev)
+    views = [
+        TrainingView(**r._asdict(), learners=learners[r.id], events=events[r.id]) for r in page
+    ]
+    next_cursor = encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
+    return views, next_cursor
 
 
 def get_deployment(session: Session, tenant_id: str, deployment_id: str) -> Deployment | None:

@@ -67,6 +67,16 @@ def test_read_shows_what_the_workers_recorded(
     ]
     other = create_tenant(client, "someone-else")
     assert client.get(f"/v1/trainings/{training_id}", headers=other).status_code == 404
+    # A page holds each training with its own learners and history.
+    three = submit(
+        client, tenant, manifest_yaml(compute_configuration={"name": "P100", "nodes": 3})
+    )
+    items = client.get("/v1/trainings", headers=tenant).json()["items"]
+    assert [(i["id"], len(i["learners"]), len(i["status_history"])) for i in items] == [
+        (three.json()["id"], 3, 1),
+        (training_id, 2, 4),
+    ]
+    assert items[1] == t
 
 
 def test_tar_gz_archive_is_accepted(
