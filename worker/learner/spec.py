@@ -78,8 +78,20 @@ _STR = (str,)
 _OPT_STR = (str, type(None))
 
 
+class _OfKind:
+    """A configuration whose `kind` must be one of KINDS."""
+
+    NAME: ClassVar[str]
+    KINDS: ClassVar[tuple[str, ...]]
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise SpecError(f"{self.NAME}.kind: {self.kind!r} is not one of {list(self.KINDS)}")
+
+
 @dataclass(frozen=True)
-class StoreConfig:
+class StoreConfig(_OfKind):
     """How to reach an object store (see service.storage): the platform's, or a user's
     bucket."""
 
@@ -91,6 +103,7 @@ class StoreConfig:
     bucket: str | None = None
     region: str | None = None
 
+    NAME: ClassVar[str] = "store"
     KINDS: ClassVar[tuple[str, ...]] = ("local", "s3")
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "kind": _STR,
@@ -101,10 +114,6 @@ class StoreConfig:
         "bucket": _OPT_STR,
         "region": _OPT_STR,
     }
-
-    def __post_init__(self) -> None:
-        if self.kind not in self.KINDS:
-            raise SpecError(f"store.kind: {self.kind!r} is not one of {list(self.KINDS)}")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "store") -> StoreConfig:
@@ -131,23 +140,20 @@ class BucketLocation:
 
 
 @dataclass(frozen=True)
-class LogSinkConfig:
+class LogSinkConfig(_OfKind):
     """Where the learner's log lines go live (see service.logs)."""
 
     kind: str  # "file" or "redis"
     dir: str | None = None  # file
     url: str | None = None  # redis
 
+    NAME: ClassVar[str] = "log_sink"
     KINDS: ClassVar[tuple[str, ...]] = ("file", "redis")
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "kind": _STR,
         "dir": _OPT_STR,
         "url": _OPT_STR,
     }
-
-    def __post_init__(self) -> None:
-        if self.kind not in self.KINDS:
-            raise SpecError(f"log_sink.kind: {self.kind!r} is not one of {list(self.KINDS)}")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "log_sink") -> LogSinkConfig:
