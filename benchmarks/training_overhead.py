@@ -76,7 +76,7 @@ def direct(rounds: int) -> float:
 
 
 def run(quick: bool) -> list[Row]:
-    repeats = 2 if quick else 5  # taken in turn, direct then platform; medians
+    repeats = 3 if quick else 5  # taken in turn, direct then platform; medians
     rounds = calibrate(30.0)
     code = zip_code({"work.py": WORK})
     platform_times, direct_times = [], []

@@ -12,6 +12,7 @@ from service.api import deployments, health, logs, predictions, results, tenants
 from service.api.deps import LoopReads
 from service.api.limits import BodySizeLimit
 from service.api.problems import install_problem_handlers
+from service.memory import settled
 from service.platform import Platform
 from service.settings import Settings
 
@@ -41,7 +42,8 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         app.state.reads = LoopReads(platform.engine)
         try:
             async with predictions.serving(app, platform):
-                yield
+                with settled():
+                    yield
         finally:
             await app.state.reads.aclose()
 

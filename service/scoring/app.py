@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from service.api import health, predictions
 from service.api.app import _operation_id, install_common
+from service.memory import settled
 from service.platform import Platform
 from service.settings import Settings
 
@@ -28,7 +29,8 @@ def create_scoring_app(
         if platform.settings.auto_migrate:
             platform.migrate()
         async with predictions.serving(app, platform, local=True):
-            yield
+            with settled():
+                yield
 
     app = FastAPI(
         title="DLaaS scoring",

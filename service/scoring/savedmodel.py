@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from service.memory import settle_memory
 from service.scoring.signature import SignatureInfo, TensorInfo
 
 _import_lock = threading.Lock()
@@ -26,8 +28,12 @@ class ModelInputError(ValueError):
 
 def tensorflow() -> ModuleType:
     with _import_lock:
+        first = "tensorflow" not in sys.modules
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        return importlib.import_module("tensorflow")
+        module = importlib.import_module("tensorflow")
+        if first:
+            settle_memory()  # TensorFlow's own objects live as long as the process
+        return module
 
 
 def _tensor_info(name: str, spec: Any) -> TensorInfo:
