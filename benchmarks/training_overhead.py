@@ -71,6 +71,10 @@ def direct(rounds: int) -> float:
                     cwd=code,
                     env=env,
                     stdout=subprocess.DEVNULL,
+                    # Each in its own session, as the platform starts its learners: with
+                    # the kernel's autogroup scheduling a session is a CPU share, and two
+                    # learners in one session would get less than two in two.
+                    start_new_session=True,
                 )
             )
         for p in procs:
