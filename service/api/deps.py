@@ -131,16 +131,16 @@ class LoopReads:
         if self._async is None:
             with self.engine.connect() as conn:
                 return function(conn, *args, **kwargs)
-        for attempt in (1, 2):
-            try:
-                async with self._async.connect() as aconn:
-                    return await aconn.run_sync(function, *args, **kwargs)
-            except DBAPIError as e:
-                # The server closed a pooled connection (a restart): the pool is emptied,
-                # the read runs again on a new one.
-                if not e.connection_invalidated or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            async with self._async.connect() as aconn:
+                return await aconn.run_sync(function, *args, **kwargs)
+        except DBAPIError as e:
+            if not e.connection_invalidated:
+                raise
+        # The server closed a pooled connection (a restart): the pool was emptied; the
+        # read runs again, once, on a new connection.
+        async with self._async.connect() as aconn:
+            return await aconn.run_sync(function, *args, **kwargs)
 
     async def aclose(self) -> None:
         if self._async is not None:

@@ -63,7 +63,8 @@ class TrainingView:
 
 _VIEW_COLUMNS = [f.name for f in fields(TrainingView) if f.name not in ("learners", "events")]
 # Built once: constructing and compiling a statement costs more than SQLite running it.
-_VIEW_TRAINING = select(*(Training.__table__.c[name] for name in _VIEW_COLUMNS)).where(
+_VIEW_SELECT = select(*(Training.__table__.c[name] for name in _VIEW_COLUMNS))
+_VIEW_TRAINING = _VIEW_SELECT.where(
     Training.id == bindparam("training_id"), Training.tenant_id == bindparam("tenant_id")
 )
 _VIEW_LEARNERS = (
@@ -118,9 +119,7 @@ def list_training_views(
 ) -> tuple[list[TrainingView], str | None]:
     """A page of the tenant's trainings, newest first, and the cursor of the next page:
     three statements (the page, its learners, its histories), no ORM objects."""
-    stmt = select(*(Training.__table__.c[name] for name in _VIEW_COLUMNS)).where(
-        Training.tenant_id == tenant_id
-    )
+    stmt = _VIEW_SELECT.where(Training.tenant_id == tenant_id)
     if status is not None:
         stmt = stmt.where(Training.status == status)
     if cursor is not None:

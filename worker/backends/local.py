@@ -40,9 +40,9 @@ from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, LaunchPlan, MpiSetup
 from worker.learner.spec import LearnerSpec
 
-# A learner whose wrapper has not reported within this many seconds never started.
 log = logging.getLogger(__name__)
 
+# A learner whose wrapper has not reported within this many seconds never started.
 START_TIMEOUT = 60.0
 _FALLBACK_NOTE = (
     "learner namespaces are unavailable here ({why}); learners share 127.0.0.1 on distinct "
