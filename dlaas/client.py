@@ -57,7 +57,25 @@ _CHUNK = 64 * 1024
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 
 
-class Client:
+class _ClosedOnExit:
+    """A context manager that `close()`s what it is on leaving the block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Client(_ClosedOnExit):
     """A connection to one DLaaS API as one tenant (or as the admin, for `tenants`).
 
     `url` and `api_key` default to `DLAAS_URL` and `DLAAS_API_KEY`, then to the client
@@ -98,17 +116,6 @@ class Client:
     def close(self) -> None:
         """Close the connections to the API."""
         self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def healthy(self) -> bool:
         """Whether the API answers its liveness check (`GET /healthz`); never raises."""
@@ -255,7 +262,7 @@ def _strip_top_directory(members: builtins.list[tarfile.TarInfo]) -> builtins.li
     return kept
 
 
-class LogStream:
+class LogStream(_ClosedOnExit):
     """The lines of a training's log, as an iterator of str (no trailing newline).
 
     Each line is `<ISO time> [learner <i>] <text>`. A followed stream ends when the training
@@ -283,17 +290,6 @@ class LogStream:
 
     def close(self) -> None:
         self._response.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class Trainings:
