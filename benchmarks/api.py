@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +28,6 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx
 import psycopg
 
 from benchmarks.common import (
@@ -41,6 +38,8 @@ from benchmarks.common import (
     manifest,
     median,
     percentile,
+    stop_process,
+    wait_answering,
     zip_code,
 )
 from benchmarks.loadgen import hammer
@@ -79,12 +78,7 @@ def bare_server() -> tuple[str, subprocess.Popen[bytes], Path]:
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/bare").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.05)
+    wait_answering(f"{url}/bare", proc, timeout=15)
     return url, proc, path
 
 
@@ -122,8 +116,7 @@ def api_get_training(quick: bool, database_url: str | None = None) -> Row:
                 ours.append(hammer(url, headers=platform.headers, concurrency=32, seconds=seconds))
                 latencies += ours[-1].latencies
     finally:
-        os.killpg(bare.pid, signal.SIGTERM)
-        bare.wait()
+        stop_process(bare)
         shutil.rmtree(path.parent)
     ours_rps = median([r.per_second for r in ours])
     bare_rps = median([r.per_second for r in baseline])

@@ -139,35 +139,49 @@ def dlaas_up(**settings: str) -> Iterator[Platform]:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait_healthy(url, proc, Path(tmp) / "dlaas-up.log")
-            r = httpx.post(
-                f"{url}/v1/tenants",
-                json={"name": "bench", "plan": "standard"},
-                headers={"Authorization": "Bearer bench-admin"},
-            )
-            r.raise_for_status()
-            headers = {"Authorization": f"Bearer {r.json()['api_key']}"}
-            yield Platform(url, home, headers, proc)
+            wait_answering(f"{url}/healthz", proc, Path(tmp) / "dlaas-up.log")
+            yield Platform(url, home, create_tenant(url, "bench-admin"), proc)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_process(proc, signal.SIGINT, grace=60)  # Ctrl-C: dlaas up's own shutdown
             log.close()
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
+def wait_answering(
+    url: str, proc: subprocess.Popen[bytes], log: Path | None = None, timeout: float = 120
+) -> None:
+    """Until GET `url` answers 200; raises if the server `proc` exits (with the end of its
+    `log`) or does not answer within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"dlaas up exited:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
+            tail = log.read_text()[-3000:] if log is not None else ""
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{tail}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url).status_code == 200:
                 return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("dlaas up did not become healthy")
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace: float = 30
+) -> None:
+    """Send `sig` to the process group `proc` leads, SIGKILL it after `grace` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def create_tenant(url: str, admin_key: str) -> dict[str, str]:
+    """A standard-plan tenant named bench; the headers that authenticate as it."""
+    r = httpx.post(
+        f"{url}/v1/tenants",
+        json={"name": "bench", "plan": "standard"},
+        headers={"Authorization": f"Bearer {admin_key}"},
+    )
+    r.raise_for_status()
+    return {"Authorization": f"Bearer {r.json()['api_key']}"}

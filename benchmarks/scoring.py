@@ -20,9 +20,7 @@ Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +37,18 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, Row, free_port, manifest, median, percentile, zip_code
+from benchmarks.common import (
+    ROOT,
+    Row,
+    create_tenant,
+    free_port,
+    manifest,
+    median,
+    percentile,
+    stop_process,
+    wait_answering,
+    zip_code,
+)
 from benchmarks.loadgen import hammer
 
 ADMIN = "bench-admin"
@@ -151,38 +160,18 @@ class Bench:
             ],
             **settings,
         )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError((self.home / f"{name}.log").read_text()[-3000:])
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    self.urls[name] = url
-                    return url
-            time.sleep(0.1)
-        raise RuntimeError(f"{name} did not start")
+        wait_answering(f"{url}/healthz", proc, self.home / f"{name}.log")
+        self.urls[name] = url
+        return url
 
     def create_tenant(self, url: str) -> None:
-        r = httpx.post(
-            f"{url}/v1/tenants",
-            json={"name": "bench", "plan": "standard"},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-        )
-        r.raise_for_status()
-        self.headers = {"Authorization": f"Bearer {r.json()['api_key']}"}
+        self.headers = create_tenant(url, ADMIN)
 
     def client(self, url: str) -> httpx.Client:
         return httpx.Client(base_url=url, headers=self.headers, timeout=60)
 
     def stop(self, name: str) -> None:
-        proc = self.processes.pop(name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(self.processes.pop(name))
 
     def stop_all(self) -> None:
         for name in list(self.processes):
