@@ -14,32 +14,18 @@ from sqlalchemy.orm import Session
 from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Deployment, Training, utcnow
-from service.domain.deployments import (
-    SAVED_MODEL_DIR,
-    SAVED_MODEL_FILE,
-    DeploymentState,
-    check_deployable,
-)
+from service.domain.deployments import DeploymentState, check_deployable
 from service.errors import Conflict, NotFound
 from service.scoring.signature import SignatureInfo, signatures_from_json
+from service.storage import keys
 from service.storage.base import ObjectStore
-from service.trainings import training_prefix
-
-
-def deployment_prefix(deployment_id: str) -> str:
-    return f"deployments/{deployment_id}/"
-
-
-def training_model_prefix(training_id: str) -> str:
-    """Where a training's SavedModel is among its results."""
-    return f"{training_prefix(training_id)}results/{SAVED_MODEL_DIR}/"
 
 
 def create_deployment(
     session: Session, store: ObjectStore, tenant: TenantRef, training: Training, name: str | None
 ) -> Deployment:
     """Insert the deployment DEPLOYING; a scoring service copies and loads the model."""
-    has_model = store.stat(f"{training_prefix(training.id)}results/{SAVED_MODEL_FILE}") is not None
+    has_model = store.stat(keys.saved_model_key(training.id)) is not None
     check_deployable(training.id, training.status, training.framework_name, has_model)
     deployment_id = new_id()
     now = utcnow()
@@ -50,7 +36,7 @@ def create_deployment(
         name=name or training.name,
         status=DeploymentState.DEPLOYING,
         status_message="loading the model",
-        model_key=f"{deployment_prefix(deployment_id)}{SAVED_MODEL_DIR}/",
+        model_key=keys.deployment_model_prefix(deployment_id),
         created_at=now,
         updated_at=now,
     )
@@ -70,7 +56,7 @@ def owned_deployment(session: Session, tenant: TenantRef, deployment_id: str) ->
 def delete_deployment(session: Session, store: ObjectStore, deployment: Deployment) -> None:
     session.delete(deployment)
     session.flush()
-    store.delete_prefix(deployment_prefix(deployment.id))
+    store.delete_prefix(keys.deployment_prefix(deployment.id))
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ from service.db.session import make_engine, make_sessionmaker, upgrade
 from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.logs import LogStore, open_log_store
+from service.logs.config import LogSinkConfig
 from service.secrets import SecretBox, ensure_secret_key
 from service.settings import Settings
-from service.storage import open_platform_store
+from service.storage import open_platform_store, platform_store_config
 from service.storage.archives import ArchiveLimits
 from service.storage.base import ObjectStore
+from service.storage.config import StoreConfig
 from service.storage.endpoints import EndpointPolicy
-from worker.learner.spec import LogSinkConfig, Secret, StoreConfig
 
 
 def load_catalog(path: Path | None) -> Catalog:
@@ -82,17 +83,7 @@ class Platform:
     @property
     def learner_store(self) -> StoreConfig:
         """How learners reach this platform's object store."""
-        s = self.settings
-        if s.s3_endpoint:
-            return StoreConfig(
-                kind="s3",
-                endpoint=s.s3_endpoint,
-                access_key=Secret.of(s.s3_access_key),
-                secret_key=Secret.of(s.s3_secret_key),
-                bucket=s.s3_bucket,
-                region=s.s3_region,
-            )
-        return StoreConfig(kind="local", root=str(s.object_store_dir))
+        return platform_store_config(self.settings)
 
     @cached_property
     def secrets(self) -> SecretBox:

@@ -19,11 +19,8 @@ from service.domain.states import TrainingState, check_transition
 from service.errors import Conflict
 from service.logs.base import LogStore
 from service.secrets import SecretBox, seal_manifest
+from service.storage import keys
 from service.storage.base import ObjectStore
-
-
-def training_prefix(training_id: str) -> str:
-    return f"trainings/{training_id}/"
 
 
 def create_training(
@@ -49,7 +46,7 @@ def create_training(
     elif manifest.training_data_reference or manifest.training_results_reference:
         raise ValueError("a manifest with data-store credentials needs a SecretBox")
     training_id = new_id()
-    key = f"{training_prefix(training_id)}model_definition.{archive_format}"
+    key = keys.model_definition_key(training_id, archive_format)
     now = utcnow()
     training = Training(
         id=training_id,
@@ -77,7 +74,7 @@ def create_training(
         session.flush()
         store.put_file(key, archive)
     except BaseException:
-        store.delete_prefix(training_prefix(training_id))
+        store.delete_prefix(keys.training_prefix(training_id))
         raise
     return training
 
@@ -136,7 +133,7 @@ def delete_training(
         training.delete_requested_at = training.delete_requested_at or utcnow()
         return False
     session.flush()  # write the HALTED transition before the rows go
-    store.delete_prefix(training_prefix(training.id))
+    store.delete_prefix(keys.training_prefix(training.id))
     logs.delete(training.id)
     session.delete(training)
     return True

@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from service.db.models import Training
+from service.domain.records import Secret
 from service.domain.states import TrainingState
 from service.logs import all_records
 from service.platform import Platform
 from service.secrets import SecretBox, SecretsUnreadable, open_reference
+from service.storage import keys
+from service.storage.config import BucketLocation, StoreConfig
 from service.trainings import record_transition
 from worker.backends.base import Backend, StartRequest
 from worker.launchers.plan import TrainingSpec
-from worker.learner.spec import BucketLocation, Secret, StoreConfig
 
 log = logging.getLogger("dlaas.worker")
 
@@ -43,15 +45,6 @@ def training_spec(training: Training, platform: Platform) -> TrainingSpec:
         gpus_per_node=compute.gpus if compute else 0,
         distribution=fw.distribution if fw else "parameter_server",
     )
-
-
-def results_prefix(training_id: str) -> str:
-    return f"trainings/{training_id}/results/"
-
-
-def user_results_prefix(training_id: str) -> str:
-    """Where a training's results go in the user's results bucket (WML's layout)."""
-    return f"training-{training_id}/"
 
 
 def _bucket(ref: dict[str, Any], box: SecretBox, where: str, prefix: str) -> BucketLocation:
@@ -77,7 +70,7 @@ def user_buckets(
     results = training.manifest.get("training_results_reference")
     return (
         _bucket(data, box, "source", data["source"].get("prefix", "")) if data else None,
-        _bucket(results, box, "target", user_results_prefix(training.id)) if results else None,
+        _bucket(results, box, "target", keys.user_results_prefix(training.id)) if results else None,
     )
 
 
@@ -101,7 +94,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             model_definition_key=training.model_definition_key,
             store=platform.learner_store,
             log_sink=platform.log_sink,
-            results_prefix=results_prefix(training_id),
+            results_prefix=keys.results_prefix(training_id),
             training_data=training_data,
             results_target=results_target,
         )
@@ -143,10 +136,8 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
 
 
 def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> None:
-    prefix = results_prefix(training_id)
-    missing = {
-        i for i in learners if platform.store.stat(f"{prefix}learner-{i}/training-log.txt") is None
-    }
+    prefix = keys.results_prefix(training_id)
+    missing = {i for i in learners if platform.store.stat(keys.learner_log_key(prefix, i)) is None}
     if not missing:
         return
     lines: dict[int, io.StringIO] = {i: io.StringIO() for i in missing}
@@ -157,6 +148,6 @@ def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> N
         with tempfile.NamedTemporaryFile("w", delete=False, suffix=".txt") as tmp:
             tmp.write(buf.getvalue())
         try:
-            platform.store.put_file(f"{prefix}learner-{i}/training-log.txt", Path(tmp.name))
+            platform.store.put_file(keys.learner_log_key(prefix, i), Path(tmp.name))
         finally:
             Path(tmp.name).unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
 from service.errors import BadRequest, DlaasError, FieldError, NotFound, ServiceUnavailable
+from service.storage import keys
 from service.storage.base import ObjectInfo, ObjectNotFound, ObjectStore, StoreUnavailable
 
 router = APIRouter(prefix="/v1/trainings", tags=["results"])
@@ -51,10 +52,6 @@ class ResultFile(BaseModel):
 
 class ResultFiles(BaseModel):
     files: list[ResultFile]
-
-
-def results_prefix(training_id: str) -> str:
-    return f"trainings/{training_id}/results/"
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -94,7 +91,7 @@ def _result_key(training_id: str, path: str) -> str:
     if "\0" in path or "\\" in path:
         message = "must not contain NUL or backslash characters"
         raise BadRequest(f"path {message}", errors=[FieldError("path", message)])
-    return results_prefix(training_id) + path
+    return keys.result_key(training_id, path)
 
 
 def _disposition(name: str) -> str:
@@ -126,7 +123,7 @@ def list_training_results(
     """Every stored result file: RESULT_DIR's, and each learner's `training-log.txt` and
     LOG_DIR under `learner-<i>/`."""
     training = owned_training(session, tenant, training_id)
-    prefix = results_prefix(training.id)
+    prefix = keys.results_prefix(training.id)
     return ResultFiles(
         files=[
             ResultFile(path=i.key[len(prefix) :], size=i.size, last_modified=i.last_modified)
@@ -145,9 +142,9 @@ def download_training_results(
 ) -> StreamingResponse:
     """All result files as one gzip'd tar, streamed, under `training-<id>/`."""
     training = owned_training(session, tenant, training_id)
-    prefix = results_prefix(training.id)
+    prefix = keys.results_prefix(training.id)
     files = _list(platform.store, prefix)
-    name = f"training-{training.id}"
+    name = keys.training_folder(training.id)
     return StreamingResponse(
         tar_gz(platform.store, files, prefix, name),
         media_type="application/gzip",

@@ -25,6 +25,7 @@ from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_man
 from service.domain.states import TrainingState
 from service.errors import BadRequest, FieldError, NotFound, ServiceUnavailable, ValidationFailed
 from service.platform import Platform
+from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, inspect_archive
 from service.storage.base import StoreUnavailable
 from service.storage.endpoints import check_references
@@ -85,7 +86,7 @@ def create_training(
         try:
             session.commit()
         except BaseException:
-            platform.store.delete_prefix(service.training_prefix(training.id))
+            platform.store.delete_prefix(keys.training_prefix(training.id))
             raise
     platform.monitor_wakeup.set()
     response.headers["Location"] = f"/v1/trainings/{training.id}"

@@ -25,7 +25,7 @@ from typing import Any
 from service.auth import TenantRef
 from service.db import repository
 from service.db.models import Deployment
-from service.deployments import ScoringTarget, deployment_prefix, training_model_prefix
+from service.deployments import ScoringTarget
 from service.domain.deployments import DEPLOYMENT_RULE, SERVING_SIGNATURE, DeploymentState
 from service.errors import (
     BadRequest,
@@ -42,6 +42,7 @@ from service.scoring.inputs import ScoringRequest, decode_body, parse_request, r
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
 from service.scoring.savedmodel import ModelInputError
 from service.scoring.signature import signatures_to_json
+from service.storage import keys
 
 log = logging.getLogger("dlaas.scoring")
 
@@ -219,7 +220,7 @@ class ScoringService:
             gone = not recorded and session.get(Deployment, deployment_id) is None
         if gone:  # deleted while it was loading: leave nothing behind
             self.cache.forget(deployment_id)
-            self.platform.store.delete_prefix(deployment_prefix(deployment_id))
+            self.platform.store.delete_prefix(keys.deployment_prefix(deployment_id))
 
     def _store_model(self, deployment_id: str, training_id: str, model_key: str) -> None:
         """Copy the training's SavedModel to the deployment's own place, once."""
@@ -228,7 +229,7 @@ class ScoringService:
             return
         local = self.cache.local_dir(deployment_id)
         if not (local / "saved_model.pb").is_file() and not fetch_tree(
-            store, training_model_prefix(training_id), local
+            store, keys.saved_model_prefix(training_id), local
         ):
             raise DeployFailed(
                 f"the results of training {training_id} no longer hold a SavedModel "

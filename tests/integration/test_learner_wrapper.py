@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 from service.logs.base import LogRecord
+from service.logs.config import LogSinkConfig
 from service.logs.files import FileLogStore
+from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
-from worker.learner.spec import LearnerSpec, LogSinkConfig, StoreConfig
+from worker.learner.spec import LearnerSpec
 
 pytestmark = pytest.mark.integration
 

@@ -18,14 +18,17 @@ from fastapi.testclient import TestClient
 
 from service.db.models import Training
 from service.domain.lifecycle import LearnerObservation
+from service.domain.records import Secret
 from service.domain.states import TrainingState
+from service.logs.config import LogSinkConfig
 from service.platform import Platform
+from service.storage.config import BucketLocation, StoreConfig
 from service.trainings import record_transition
 from tests.conftest import submit, zip_of
 from tests.integration.platform_harness import LivePlatform, live_platform
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
 from worker.backends.base import Observation
-from worker.learner.spec import BucketLocation, LearnerSpec, LogSinkConfig, Secret, StoreConfig
+from worker.learner.spec import LearnerSpec
 from worker.learner.wrapper import _Learner
 from worker.monitor import Monitor
 

@@ -10,14 +10,10 @@ from typing import Any
 
 import pytest
 
-from worker.learner.spec import (
-    BucketLocation,
-    LearnerSpec,
-    LogSinkConfig,
-    Secret,
-    SpecError,
-    StoreConfig,
-)
+from service.domain.records import Secret, SpecError
+from service.logs.config import LogSinkConfig
+from service.storage.config import BucketLocation, StoreConfig
+from worker.learner.spec import LearnerSpec
 
 
 def spec(**overrides: Any) -> LearnerSpec:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.domain.lifecycle import LearnerObservation
+from service.logs.config import LogSinkConfig
+from service.storage.config import BucketLocation, StoreConfig
 from worker.launchers.plan import TrainingSpec
-from worker.learner.spec import BucketLocation, LogSinkConfig, StoreConfig
 
 
 @dataclass(frozen=True)

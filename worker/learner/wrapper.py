@@ -32,9 +32,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from service import storage
 from service.domain.states import TrainingState
 from service.logs import open_log_store
 from service.logs.base import LogRecord, LogStore
+from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, extract_archive
 from service.storage.base import (
     ObjectNotFound,
@@ -43,8 +45,8 @@ from service.storage.base import (
     check_key,
     directory_prefix,
 )
-from service.storage.local import LocalObjectStore
-from worker.learner.spec import LearnerSpec, StoreConfig
+from service.storage.config import StoreConfig
+from worker.learner.spec import LearnerSpec
 
 if TYPE_CHECKING:
     from service.storage.s3 import S3ObjectStore
@@ -54,7 +56,6 @@ EXIT_COMMAND_FAILED = 1
 EXIT_PLATFORM_ERROR = 2
 EXIT_HALTED = 143
 
-LOG_FILE_NAME = "training-log.txt"
 MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most this size
 _READ_CHUNK = 64 * 1024
 _MAX_PENDING_BYTES = 4 * 1024 * 1024  # read but not yet written; beyond it the reader waits
@@ -75,34 +76,20 @@ class _Stopped(BaseException):
 
 def open_store(config: StoreConfig) -> ObjectStore:
     """The object store described by `config`; raises PlatformError if it cannot be built."""
-    if config.kind == "local":
-        if not config.root:
-            raise PlatformError("the learner spec names a local object store without a root")
-        return LocalObjectStore(Path(config.root))
-    if config.kind == "s3":
-        return open_s3_store(config)
-    raise PlatformError(f"{config.kind} store not available in this build")
-
-
-def open_s3_store(config: StoreConfig) -> S3ObjectStore:
-    """An S3 bucket (the platform's or a user's); PlatformError if the config is unusable."""
-    # Imported here: a learner whose stores are all local starts without minio.
-    from service.storage.s3 import S3ObjectStore
-
-    if config.kind != "s3" or not config.endpoint or not config.bucket:
-        raise PlatformError("the learner spec names an S3 store without an endpoint or bucket")
-    access = config.access_key.get_secret_value() if config.access_key else None
-    secret = config.secret_key.get_secret_value() if config.secret_key else None
     try:
-        return S3ObjectStore(
-            config.endpoint,
-            config.bucket,
-            access_key=access,
-            secret_key=secret,
-            region=config.region,
-        )
-    except ValueError as e:
-        raise PlatformError(f"the S3 endpoint {config.endpoint} is unusable: {e}") from e
+        return storage.open_store(config)
+    except storage.StoreConfigError as e:
+        raise PlatformError(str(e)) from e
+
+
+def open_bucket(config: StoreConfig) -> S3ObjectStore:
+    """A user's S3 bucket; PlatformError if the config is unusable."""
+    from service.storage.s3 import S3ObjectStore  # a learner with local stores needs no minio
+
+    store = open_store(config)
+    if not isinstance(store, S3ObjectStore):
+        raise PlatformError("a user's bucket must be an S3 store")
+    return store
 
 
 def _size(n: float) -> str:
@@ -280,7 +267,7 @@ class LogTee:
             while text:
                 text = text[os.write(self._local, text) :]
         except OSError as e:
-            self._warn("file", f"writing {LOG_FILE_NAME} failed: {e}")
+            self._warn("file", f"writing {keys.LEARNER_LOG_NAME} failed: {e}")
         try:
             self._store.append(self._training_id, batch)
         except Exception as e:  # the live log is a convenience; training-log.txt is the record
@@ -338,7 +325,7 @@ class _Learner:
         self.spec = spec
         self.status_path = Path(spec.status_file)
         self.private_dir = self.status_path.parent
-        self.log_path = self.private_dir / LOG_FILE_NAME
+        self.log_path = self.private_dir / keys.LEARNER_LOG_NAME
         self.phase: TrainingState | None = None
         self.interruptible = False  # whether a stop abandons the current phase at once
         self.stop_requested = False
@@ -472,7 +459,7 @@ class _Learner:
         if target is None:
             return
         try:
-            open_s3_store(target.store).check_bucket()
+            open_bucket(target.store).check_bucket()
         except StoreUnavailable as e:
             raise PlatformError(f"the training results bucket cannot be used: {e}") from e
 
@@ -482,7 +469,7 @@ class _Learner:
         location = self.spec.training_data
         if location is None:
             return
-        source = open_s3_store(location.store)
+        source = open_bucket(location.store)
         try:
             prefix = directory_prefix(location.prefix)
         except ValueError as e:
@@ -636,7 +623,7 @@ class _Learner:
         return proc.wait(), halted
 
     def log_key(self) -> str:
-        return f"{self.results_prefix()}learner-{self.spec.learner_id}/{LOG_FILE_NAME}"
+        return keys.learner_log_key(self.spec.results_prefix, self.spec.learner_id)
 
     def results_prefix(self) -> str:
         prefix = self.spec.results_prefix
@@ -646,7 +633,7 @@ class _Learner:
         spec = self.spec
         if self.log_path.is_file():
             yield self.log_key(), self.log_path
-        learner_prefix = f"{self.results_prefix()}learner-{spec.learner_id}/logs/"
+        learner_prefix = keys.learner_logs_prefix(spec.results_prefix, spec.learner_id)
         yield from _tree_files(Path(spec.log_dir), learner_prefix)
         if spec.upload_results:
             yield from _tree_files(Path(spec.result_dir), self.results_prefix())
@@ -673,7 +660,7 @@ class _Learner:
         if target is None:
             return []
         try:
-            store = open_s3_store(target.store)
+            store = open_bucket(target.store)
             prefix = directory_prefix(target.prefix)
         except (PlatformError, ValueError) as e:
             return [f"the training results bucket cannot be used: {e}"]

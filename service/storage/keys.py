@@ -1,0 +1,80 @@
+"""Every object-store key the platform writes or reads, built here and nowhere else.
+
+The platform's store:
+    trainings/<id>/model_definition.<zip|tar.gz>   the code archive as submitted
+    trainings/<id>/results/...                     RESULT_DIR of the learners
+    trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable
+    trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
+    trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
+    deployments/<id>/model/...                     the deployed copy of the SavedModel
+A user's results bucket (the manifest's training_results_reference), WML's layout:
+    training-<id>/...                              the same tree as trainings/<id>/results/
+"""
+
+from __future__ import annotations
+
+from service.domain.deployments import SAVED_MODEL_DIR, SAVED_MODEL_FILE
+
+LEARNER_LOG_NAME = "training-log.txt"
+
+
+def training_prefix(training_id: str) -> str:
+    """Everything the platform stores for a training (deleted with it)."""
+    return f"trainings/{training_id}/"
+
+
+def model_definition_key(training_id: str, archive_format: str) -> str:
+    """The code archive; `archive_format` is `zip` or `tar.gz`."""
+    return f"{training_prefix(training_id)}model_definition.{archive_format}"
+
+
+def results_prefix(training_id: str) -> str:
+    return f"{training_prefix(training_id)}results/"
+
+
+def result_key(training_id: str, path: str) -> str:
+    """A result file by its path below the results (checked by the caller)."""
+    return results_prefix(training_id) + path
+
+
+def saved_model_prefix(training_id: str) -> str:
+    """Where a training's SavedModel is among its results."""
+    return f"{results_prefix(training_id)}{SAVED_MODEL_DIR}/"
+
+
+def saved_model_key(training_id: str) -> str:
+    return f"{results_prefix(training_id)}{SAVED_MODEL_FILE}"
+
+
+def learner_log_key(results: str, learner_id: int) -> str:
+    """Learner i's output below a results prefix (the platform's or a user's bucket's)."""
+    return f"{_directory(results)}learner-{learner_id}/{LEARNER_LOG_NAME}"
+
+
+def learner_logs_prefix(results: str, learner_id: int) -> str:
+    """Learner i's LOG_DIR below a results prefix."""
+    return f"{_directory(results)}learner-{learner_id}/logs/"
+
+
+def training_folder(training_id: str) -> str:
+    """The folder of a training's results outside the platform's store: in the user's
+    results bucket, and at the root of the results archive users download."""
+    return f"training-{training_id}"
+
+
+def user_results_prefix(training_id: str) -> str:
+    """Where a training's results go in the user's results bucket."""
+    return training_folder(training_id) + "/"
+
+
+def deployment_prefix(deployment_id: str) -> str:
+    """Everything the platform stores for a deployment (deleted with it)."""
+    return f"deployments/{deployment_id}/"
+
+
+def deployment_model_prefix(deployment_id: str) -> str:
+    return f"{deployment_prefix(deployment_id)}{SAVED_MODEL_DIR}/"
+
+
+def _directory(prefix: str) -> str:
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
