@@ -7,16 +7,14 @@ Services never commit; the request that calls them owns the transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Deployment, Training, utcnow
-from service.domain.deployments import DeploymentState, check_deployable
+from service.domain.deployments import DeploymentState, ScoringTarget, check_deployable
+from service.domain.signature import signatures_from_json
 from service.errors import Conflict, NotFound
-from service.scoring.signature import SignatureInfo, signatures_from_json
 from service.storage import keys
 from service.storage.base import ObjectStore
 
@@ -57,16 +55,6 @@ def delete_deployment(session: Session, store: ObjectStore, deployment: Deployme
     session.delete(deployment)
     session.flush()
     store.delete_prefix(keys.deployment_prefix(deployment.id))
-
-
-@dataclass(frozen=True)
-class ScoringTarget:
-    """What a prediction request needs to know of its deployment, detached from the
-    database session."""
-
-    id: str
-    model_key: str
-    signatures: dict[str, SignatureInfo]
 
 
 def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> ScoringTarget:

@@ -1,4 +1,4 @@
-"""Typed errors a user can act on. One handler (service.api.problems) renders them as
+"""Typed errors a user can act on. One handler (service.http.problems) renders them as
 RFC 9457 problem+json, so domain code never builds HTTP responses itself."""
 
 from __future__ import annotations

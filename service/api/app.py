@@ -6,29 +6,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
-from service.api import deployments, health, logs, predictions, results, tenants, trainings
+from service.api import deployments, logs, results, tenants, trainings
 from service.api.deps import LoopReads
-from service.api.limits import BodySizeLimit
-from service.api.problems import install_problem_handlers
+from service.http import health
+from service.http.app import install_common, operation_id
 from service.memory import settled
 from service.platform import Platform
+from service.scoring import predictions
 from service.settings import Settings
-
-
-def _operation_id(route: APIRoute) -> str:
-    # Stable operation ids (the function names) for generated clients.
-    return route.name
-
-
-def install_common(app: FastAPI, platform: Platform) -> None:
-    """What every app of the platform has: its platform, the body size limit, the fast
-    path of predictions (inside the limit) and the problem+json error handlers."""
-    app.state.platform = platform
-    app.add_middleware(predictions.FastPredictions)
-    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
-    install_problem_handlers(app)
 
 
 def create_app(settings: Settings | None = None, platform: Platform | None = None) -> FastAPI:
@@ -52,9 +38,9 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         version="0.1.0",
         summary="Distributed deep-learning training as a service.",
         lifespan=lifespan,
-        generate_unique_id_function=_operation_id,
+        generate_unique_id_function=operation_id,
     )
-    install_common(app, platform)
+    install_common(app, platform, fast_paths=[predictions.FastPredictions])
     # Routes are matched in order: the hot paths first (predictions, then trainings).
     app.include_router(predictions.predictions_router(platform))
     app.include_router(trainings.router)

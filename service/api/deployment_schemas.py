@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.db.models import Deployment
 from service.domain.deployments import SERVING_SIGNATURE
-from service.scoring.signature import SignatureInfo, TensorInfo, signatures_from_json
+from service.domain.signature import SignatureInfo, TensorInfo, signatures_from_json
 
 
 class DeploymentCreate(BaseModel):

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Request, Response, status
 
 from service import deployments as service
 from service.api.deployment_schemas import DeploymentCreate, DeploymentList, DeploymentOut
-from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
+from service.api.deps import CurrentTenant, SessionDep, owned_training
 from service.db import repository
 from service.domain.deployments import DEPLOYMENT_RULE
+from service.http.app import PlatformDep
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 

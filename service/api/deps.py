@@ -16,18 +16,11 @@ from service.auth import TenantRef, hash_api_key, keys_match
 from service.db import repository
 from service.db.models import Training
 from service.errors import Forbidden, NotFound, Unauthorized
-from service.platform import Platform
+from service.http.app import PlatformDep
+from service.http.auth import authenticate, bearer_key
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-async def get_platform(request: Request) -> Platform:
-    platform: Platform = request.app.state.platform
-    return platform
-
-
-PlatformDep = Annotated[Platform, Depends(get_platform)]
 
 
 def get_session(platform: PlatformDep) -> Iterator[Session]:
@@ -42,14 +35,6 @@ def get_session(platform: PlatformDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def bearer_key(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
-    return key.strip()
-
-
 async def current_tenant(request: Request, platform: PlatformDep) -> TenantRef:
     """The caller, from the key cache without leaving the event loop when it can (a
     worker-thread hop costs more than a cached lookup), else from the database."""
@@ -59,25 +44,6 @@ async def current_tenant(request: Request, platform: PlatformDep) -> TenantRef:
     if cached is not None:
         return cached
     return await run_in_threadpool(authenticate, platform, key)
-
-
-def authenticate(platform: Platform, key: str) -> TenantRef:
-    """The tenant whose API key `key` is (blocking: the database on a cache miss)."""
-    key_hash = hash_api_key(key)
-    cached = platform.tenant_keys.get(key_hash)
-    if cached is not None:
-        return cached
-    with platform.sessions() as session:
-        tenant = repository.tenant_for_key_hash(session, key_hash)
-        if tenant is not None:
-            ref = TenantRef(tenant.id, tenant.name, tenant.plan)
-            platform.tenant_keys.put(key_hash, ref)
-            return ref
-    if keys_match(key, platform.admin_key):
-        raise Forbidden(
-            "the admin key manages tenants only; use a tenant's API key for this request"
-        )
-    raise Unauthorized("the API key is not valid")
 
 
 def require_admin(request: Request, platform: PlatformDep, session: SessionDep) -> None:

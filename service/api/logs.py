@@ -10,10 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
+from service.api.deps import CurrentTenant, SessionDep, owned_training
 from service.db.models import Training
 from service.domain.states import TrainingState
 from service.errors import BadRequest, FieldError
+from service.http.app import PlatformDep
 from service.logs import all_records, extract_metrics
 from service.platform import Platform
 

@@ -20,8 +20,9 @@ from fastapi import APIRouter, Header
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from service.api.deps import CurrentTenant, PlatformDep, SessionDep, owned_training
+from service.api.deps import CurrentTenant, SessionDep, owned_training
 from service.errors import BadRequest, DlaasError, FieldError, NotFound, ServiceUnavailable
+from service.http.app import PlatformDep
 from service.storage import keys
 from service.storage.base import ObjectInfo, ObjectNotFound, ObjectStore, StoreUnavailable
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from service.api.deps import AdminOnly, PlatformDep, SessionDep
+from service.api.deps import AdminOnly, SessionDep
 from service.api.schemas import TenantCreate, TenantCreated, TenantList, TenantOut
 from service.auth import hash_api_key, new_api_key, new_id
 from service.db import repository
 from service.db.models import ApiKey, Tenant
 from service.errors import Conflict, FieldError, ValidationFailed
+from service.http.app import PlatformDep
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants"], dependencies=[AdminOnly])
 

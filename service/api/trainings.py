@@ -11,19 +11,13 @@ from fastapi import APIRouter, File, Query, Request, Response, UploadFile, statu
 from sqlalchemy import Connection
 
 from service import trainings as service
-from service.api.deps import (
-    CurrentTenant,
-    LoopReads,
-    PlatformDep,
-    SessionDep,
-    current_tenant,
-    owned_training,
-)
+from service.api.deps import CurrentTenant, LoopReads, SessionDep, current_tenant, owned_training
 from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
 from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState
 from service.errors import BadRequest, FieldError, NotFound, ServiceUnavailable, ValidationFailed
+from service.http.app import PlatformDep
 from service.platform import Platform
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, inspect_archive

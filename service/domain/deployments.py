@@ -8,8 +8,10 @@ model is loaded, and a model without one fails to deploy with that reason.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
+from service.domain.signature import SignatureInfo
 from service.domain.states import TrainingState
 from service.errors import Conflict, FieldError, ValidationFailed
 
@@ -31,6 +33,16 @@ class DeploymentState(StrEnum):
     DEPLOYING = "DEPLOYING"
     READY = "READY"
     FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class ScoringTarget:
+    """What a prediction request needs to know of its READY deployment, detached from the
+    database."""
+
+    id: str
+    model_key: str
+    signatures: dict[str, SignatureInfo]
 
 
 def check_deployable(

@@ -12,10 +12,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api import health, predictions
-from service.api.app import _operation_id, install_common
+from service.http import health
+from service.http.app import install_common, operation_id
 from service.memory import settled
 from service.platform import Platform
+from service.scoring import predictions
 from service.settings import Settings
 
 
@@ -37,9 +38,9 @@ def create_scoring_app(
         version="0.1.0",
         summary="Predictions of deployed TensorFlow models.",
         lifespan=lifespan,
-        generate_unique_id_function=_operation_id,
+        generate_unique_id_function=operation_id,
     )
-    install_common(app, platform)
+    install_common(app, platform, fast_paths=[predictions.FastPredictions])
     app.include_router(health.router)
     app.include_router(predictions.predictions_router(platform, local=True))
     return app

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from service.domain.signature import TensorInfo
 from service.errors import BadRequest, FieldError
-from service.scoring.signature import TensorInfo
 
 
 class InvalidPayload(BadRequest):

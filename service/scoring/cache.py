@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from service.domain.deployments import SERVING_SIGNATURE
+from service.domain.signature import SignatureInfo
 from service.scoring.batching import (
     Arrivals,
     DirectRunner,
@@ -23,7 +24,6 @@ from service.scoring.batching import (
     Tensors,
 )
 from service.scoring.savedmodel import LoadedModel
-from service.scoring.signature import SignatureInfo
 from service.storage.base import ObjectStore
 
 log = logging.getLogger("dlaas.scoring")

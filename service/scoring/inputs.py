@@ -27,8 +27,8 @@ import numpy as np
 import orjson
 
 from service.domain.deployments import SERVING_SIGNATURE
+from service.domain.signature import SignatureInfo
 from service.scoring.arrays import InvalidPayload, encode_answer, json_ready, to_array
-from service.scoring.signature import SignatureInfo
 
 __all__ = [
     "InvalidPayload",

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from service.domain.signature import SignatureInfo, TensorInfo
 from service.memory import settle_memory
-from service.scoring.signature import SignatureInfo, TensorInfo
 
 _import_lock = threading.Lock()
 

@@ -25,8 +25,13 @@ from typing import Any
 from service.auth import TenantRef
 from service.db import repository
 from service.db.models import Deployment
-from service.deployments import ScoringTarget
-from service.domain.deployments import DEPLOYMENT_RULE, SERVING_SIGNATURE, DeploymentState
+from service.domain.deployments import (
+    DEPLOYMENT_RULE,
+    SERVING_SIGNATURE,
+    DeploymentState,
+    ScoringTarget,
+)
+from service.domain.signature import signatures_to_json
 from service.errors import (
     BadRequest,
     FieldError,
@@ -41,7 +46,6 @@ from service.scoring.cache import BatchingConfig, ModelCache, fetch_tree, upload
 from service.scoring.inputs import ScoringRequest, decode_body, parse_request, render
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
 from service.scoring.savedmodel import ModelInputError
-from service.scoring.signature import signatures_to_json
 from service.storage import keys
 
 log = logging.getLogger("dlaas.scoring")

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.predictions import FastPredictions
 from service.db.models import Deployment, Training
 from service.domain.states import TrainingState
 from service.platform import Platform
+from service.scoring.predictions import FastPredictions
 from service.trainings import record_transition
 from tests.conftest import create_tenant, submit
 

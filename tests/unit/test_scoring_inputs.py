@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.domain.signature import SignatureInfo, TensorInfo
 from service.scoring.inputs import (
     InvalidPayload,
     PayloadForm,
@@ -17,7 +18,6 @@ from service.scoring.inputs import (
     parse_request,
     render,
 )
-from service.scoring.signature import SignatureInfo, TensorInfo
 
 
 def sig(name: str, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> SignatureInfo:

@@ -13,6 +13,12 @@ import numpy as np
 import pytest
 
 from service.domain.deployments import EXPORT_GUIDE, check_deployable
+from service.domain.signature import (
+    SignatureInfo,
+    TensorInfo,
+    signatures_from_json,
+    signatures_to_json,
+)
 from service.errors import Conflict, ValidationFailed
 from service.scoring.batching import (
     Arrivals,
@@ -22,12 +28,6 @@ from service.scoring.batching import (
     Tensors,
 )
 from service.scoring.ratelimit import InProcessRateLimiter, RedisRateLimiter
-from service.scoring.signature import (
-    SignatureInfo,
-    TensorInfo,
-    signatures_from_json,
-    signatures_to_json,
-)
 
 
 class Doubler:

@@ -19,11 +19,12 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.deps import authenticate, bearer_key
-from service.api.problems import dlaas_problem
 from service.auth import TenantRef, hash_api_key
-from service.deployments import ScoringTarget, scoring_target
+from service.deployments import scoring_target
+from service.domain.deployments import ScoringTarget
 from service.errors import DlaasError, ServiceUnavailable
+from service.http.auth import authenticate, bearer_key
+from service.http.problems import dlaas_problem
 from service.platform import Platform
 from service.scoring.inputs import encode_answer
 from service.scoring.service import ScoringService

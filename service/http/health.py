@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.api.deps import PlatformDep
 from service.errors import DlaasError
+from service.http.app import PlatformDep
 
 router = APIRouter(tags=["health"])
 
