@@ -254,7 +254,7 @@ def up(
     object store and local learners unless DLAAS_* settings say otherwise). Ctrl-C stops it;
     the next `dlaas up` resumes."""
     # Lazy: the client and the other commands must not need the server's dependencies.
-    from service.embedded import EmbeddedError, serve
+    from composition import EmbeddedError, serve
 
     try:
         serve(host, port, echo=typer.echo)

@@ -1,0 +1,175 @@
+"""Serving `dlaas up`: the API (uvicorn, in a thread), the monitor (a thread) and, in the
+main thread, a supervisor that handles signals and owns the worker (see the package's
+docstring for the whole story)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO
+
+from composition.bootstrap import client_url, ensure_local_tenant
+from composition.errors import EmbeddedError
+from composition.shutdown import interrupt_active_trainings
+from composition.supervisor import WorkerSupervisor
+from service.platform import Platform
+from service.settings import Settings
+
+log = logging.getLogger("dlaas.up")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: without, small responses wait ~40 ms for Nagle.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise EmbeddedError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _lock_home(home: Path) -> IO[str]:
+    """Hold $DLAAS_HOME/up.lock for this process's life: one `dlaas up` per home."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock = open(home / "up.lock", "a+")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise EmbeddedError(
+            f"another `dlaas up` ({holder}) is running on {home}; stop it first or set "
+            "DLAAS_HOME to another directory"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
+    """Run the platform until SIGINT or SIGTERM, then shut it down (see the module's
+    docstring). Must run in the main thread. Raises EmbeddedError if it cannot start."""
+    import uvicorn
+
+    from service.api.app import create_app
+    from worker.backends import make_backend
+    from worker.monitor import Monitor
+
+    if threading.current_thread() is not threading.main_thread():
+        raise EmbeddedError("dlaas up must run in the main thread (it handles the signals)")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+    settings = Settings()
+    home_lock = _lock_home(settings.home_dir)
+    sock = _listen(host, port)
+    url = client_url(host, sock.getsockname()[1])
+    platform = Platform.from_settings(settings)
+    try:
+        platform.migrate()
+        config_file, tenant = ensure_local_tenant(platform, url)
+    except BaseException:
+        sock.close()
+        platform.close()
+        raise
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stopping.is_set():
+            echo("already shutting down: stopping the learners, then exiting")
+        stopping.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    worker = WorkerSupervisor(settings.home_dir / "worker.log", echo)
+    monitor_stop = threading.Event()
+    monitor = threading.Thread(
+        target=Monitor(platform, make_backend(settings)).run,
+        args=(monitor_stop,),
+        name="dlaas-monitor",
+        daemon=True,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(platform=platform),
+            log_level="info",
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+    )
+    # server.run: on uvicorn's own event loop (uvloop where installed), as `uvicorn` serves.
+    api = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="dlaas-api", daemon=True
+    )
+    failure: str | None = None
+    try:
+        worker.start()
+        monitor.start()
+        api.start()
+        deadline = time.monotonic() + 60
+        while not server.started and api.is_alive() and not stopping.is_set():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not server.started and not stopping.is_set():
+            failure = "the API did not start (see the messages above)"
+        else:
+            admin = (
+                "DLAAS_ADMIN_API_KEY" if settings.admin_api_key else str(settings.admin_key_file)
+            )
+            echo(f"DLaaS is up on {url}  (API docs: {url}/docs)")
+            echo(f"  home:          {settings.home_dir}")
+            echo(f"  admin API key: {admin}")
+            echo(f"  client config: {config_file}  (tenant '{tenant}'; used by dlaas and Client())")
+            echo(f"  worker log:    {worker.log_path}")
+            echo("Press Ctrl-C to stop: running trainings are halted, everything else is kept.")
+        while failure is None and not stopping.wait(0.5):
+            worker.check()
+            if not api.is_alive():
+                failure = "the API stopped unexpectedly (see the messages above)"
+    finally:
+        echo("shutting down: API, monitor, worker, learners")
+        worker.terminate()  # it takes a few seconds: let it go while the rest stops
+        server.should_exit = True
+        api.join(timeout=15)
+        monitor_stop.set()
+        platform.monitor_wakeup.set()
+        monitor.join(timeout=15)
+        try:
+            # Stop the learners while the worker winds down (it takes seconds), then look
+            # once more for learners a launch it was finishing may have started.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                first = pool.submit(interrupt_active_trainings, platform)
+                worker.stop()
+                halted = first.result()
+            halted += interrupt_active_trainings(platform)
+            if halted:
+                echo(f"halted {len(halted)} running training(s): {', '.join(halted)}")
+        finally:
+            platform.close()
+            sock.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            home_lock.close()
+        echo("stopped; state kept in " + str(settings.home_dir))
+    if failure is not None:
+        raise EmbeddedError(failure)
