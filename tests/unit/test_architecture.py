@@ -1,0 +1,108 @@
+"""The layering of ARCHITECTURE.md holds: imports run one way (checked by import-linter,
+whose contracts live in pyproject.toml), the check can fail, and the document's table is
+the contract's list."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("service", "worker", "dlaas", "composition")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def contracts() -> dict[str, dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_imports_follow_the_contracts() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        # An infrastructure module reaching up into the worker.
+        ("service/storage/keys.py", "import worker.execution", "Dependencies run one way"),
+        # The domain reaching into persistence.
+        ("service/domain/states.py", "import service.db.repository", "Dependencies run one way"),
+        # Scoring reaching into the API's internals.
+        ("service/scoring/app.py", "import service.api.deps", "Dependencies run one way"),
+        # The client importing server code.
+        ("dlaas/client.py", "import service.settings", "The client and CLI"),
+        # The domain doing I/O.
+        ("service/domain/catalog.py", "import sqlalchemy", "are pure"),
+        # A learner importing the worker's execution.
+        ("worker/learner/rank.py", "import worker.execution", "Inside the worker"),
+    ],
+)
+def test_a_forbidden_import_breaks_the_check(
+    tmp_path: Path, module: str, line: str, broken: str
+) -> None:
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa: E402\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    report = result.stdout.split("Broken contracts", 1)[-1]
+    assert broken in report
+    assert module.removesuffix(".py").replace("/", ".") in report
+
+
+def architecture_layers() -> list[str]:
+    """The rows of the layers table in ARCHITECTURE.md, top first, as `a | b` strings."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if re.match(r"\|\s*\d+\s*\|", r)]
+    layers = []
+    for row in rows:
+        cells = re.split(r"(?<!\\)\|", row)  # `\|` inside a cell separates modules
+        modules = re.findall(r"`([a-z_.]+)`", cells[2])
+        layers.append(" | ".join(modules))
+    return layers
+
+
+def test_the_architecture_table_is_the_contract() -> None:
+    expected = [
+        layer.replace("(", "").replace(")", "") for layer in contracts()["layers"]["layers"]
+    ]
+    assert architecture_layers() == expected
+
+
+def test_every_service_module_has_a_layer() -> None:
+    layered = {
+        m.strip().strip("()") for layer in contracts()["layers"]["layers"] for m in layer.split("|")
+    }
+    modules = {
+        f"service.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "service").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    assert modules - layered == set(), "give each service module a layer in pyproject.toml"
