@@ -7,10 +7,8 @@ import hmac
 import os
 import secrets
 import string
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
 
 from service.settings import Settings
 
@@ -56,9 +54,6 @@ def ensure_admin_key(settings: Settings) -> str:
     return key
 
 
-T = TypeVar("T")
-
-
 @dataclass(frozen=True)
 class TenantRef:
     """The authenticated caller: a tenant, as every request needs it."""
@@ -66,25 +61,3 @@ class TenantRef:
     id: str
     name: str
     plan: str
-
-
-class KeyCache(Generic[T]):
-    """Who a key belongs to, remembered for `ttl` seconds: authenticating every request
-    against the database would cost more than the request itself. Only found keys are
-    kept, so a new key works at once; a revoked key stops working within `ttl`."""
-
-    def __init__(self, ttl: float = 30.0, size: int = 10_000) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._entries: dict[str, tuple[float, T]] = {}
-
-    def get(self, key_hash: str) -> T | None:
-        entry = self._entries.get(key_hash)
-        if entry is None or entry[0] < time.monotonic():
-            return None
-        return entry[1]
-
-    def put(self, key_hash: str, value: T) -> None:
-        if len(self._entries) >= self.size:
-            self._entries.clear()
-        self._entries[key_hash] = (time.monotonic() + self.ttl, value)

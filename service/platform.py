@@ -12,7 +12,7 @@ import yaml
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.auth import KeyCache, TenantRef, ensure_admin_key
+from service.auth import TenantRef, ensure_admin_key
 from service.db.session import make_engine, make_sessionmaker, upgrade
 from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
@@ -25,6 +25,7 @@ from service.storage.archives import ArchiveLimits
 from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from service.storage.endpoints import EndpointPolicy
+from service.ttlcache import TtlCache
 
 
 def load_catalog(path: Path | None) -> Catalog:
@@ -49,7 +50,10 @@ class Platform:
     # Set when there is news for a monitor running in this process (a submission, a stop
     # request), so it reacts now instead of at its next pass.
     monitor_wakeup: threading.Event = field(default_factory=threading.Event)
-    tenant_keys: KeyCache[TenantRef] = field(default_factory=KeyCache)
+    # Who a key belongs to: authenticating every request against the database would cost
+    # more than the request. Only found keys are kept, so a new key works at once; a
+    # revoked key stops working within the ttl.
+    tenant_keys: TtlCache[str, TenantRef] = field(default_factory=lambda: TtlCache(30.0))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:

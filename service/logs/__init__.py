@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypedDict
 
-from service.logs.base import LogRecord, LogStore
+from service.logs.base import LogRecord, LogStore, iso_utc
 
 __all__ = [
     "LogRecord",
@@ -92,13 +91,8 @@ def extract_metrics(
                 MetricPoint(
                     value=value,
                     learner=record.learner,
-                    timestamp=_iso(record.ts),
+                    timestamp=iso_utc(record.ts),
                     step=int(step_match.group(1)) if step_match else None,
                 )
             )
     return result
-
-
-def _iso(ts: float) -> str:
-    stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
+
+
+def iso_utc(ts: float) -> str:
+    """Seconds since the epoch as ISO 8601 in UTC with milliseconds:
+    `2024-05-01T12:00:00.123Z`, the form of every time stamp in logs and metrics."""
+    stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -21,10 +29,7 @@ class LogRecord:
 
     def render(self) -> str:
         """The text/plain form the API serves: `<iso time> [learner <i>] <line>`."""
-        from datetime import UTC, datetime
-
-        stamp = datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds")
-        return f"{stamp.replace('+00:00', 'Z')} [learner {self.learner}] {self.line}"
+        return f"{iso_utc(self.ts)} [learner {self.learner}] {self.line}"
 
 
 class LogStore(Protocol):

@@ -71,12 +71,12 @@ def _authorize(
     request: Request, scoring: ScoringService, key_hash: str, deployment_id: str
 ) -> tuple[TenantRef, ScoringTarget]:
     """The caller and the READY deployment it asks for, from the database (in a worker
-    thread); remembered for the next requests (see TargetCache)."""
+    thread); remembered for the next requests (ScoringService.targets)."""
     platform: Platform = request.app.state.platform
     tenant = authenticate(platform, bearer_key(request))
     with platform.sessions() as session:
         target = scoring_target(session, tenant, deployment_id)
-    scoring.targets.put(key_hash, tenant, target)
+    scoring.targets.put((key_hash, target.id), (tenant, target))
     return tenant, target
 
 
@@ -94,7 +94,7 @@ async def predict(request: Request, deployment_id: str) -> Response:
     scoring: ScoringService = request.app.state.scoring
     with scoring.arriving(deployment_id) as arrived:
         key_hash = hash_api_key(bearer_key(request))
-        found = scoring.targets.get(key_hash, deployment_id)
+        found = scoring.targets.get((key_hash, deployment_id))
         if found is None:
             found = await run_in_threadpool(_authorize, request, scoring, key_hash, deployment_id)
         tenant, target = found

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from service.scoring.inputs import ScoringRequest, decode_body, parse_request, r
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
 from service.scoring.savedmodel import ModelInputError
 from service.storage import keys
+from service.ttlcache import TtlCache
 
 log = logging.getLogger("dlaas.scoring")
 
@@ -69,36 +69,6 @@ def _reason(error: BaseException) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
-class TargetCache:
-    """(API key, deployment) -> the caller and the READY deployment, for `ttl` seconds, so
-    the steady stream of predictions does not ask the database about every one. Deleting
-    a deployment in this process forgets it at once; a separate scoring process stops
-    answering for it within `ttl`."""
-
-    def __init__(self, ttl: float = 2.0, size: int = 10_000) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._entries: dict[tuple[str, str], tuple[float, TenantRef, ScoringTarget]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key_hash: str, deployment_id: str) -> tuple[TenantRef, ScoringTarget] | None:
-        entry = self._entries.get((key_hash, deployment_id))
-        if entry is None or entry[0] < time.monotonic():
-            return None
-        return entry[1], entry[2]
-
-    def put(self, key_hash: str, tenant: TenantRef, target: ScoringTarget) -> None:
-        with self._lock:
-            if len(self._entries) >= self.size:
-                self._entries.clear()
-            self._entries[(key_hash, target.id)] = (time.monotonic() + self.ttl, tenant, target)
-
-    def forget(self, deployment_id: str) -> None:
-        with self._lock:
-            for key in [k for k in self._entries if k[1] == deployment_id]:
-                del self._entries[key]
-
-
 class ScoringService:
     def __init__(self, platform: Platform) -> None:
         settings = platform.settings
@@ -114,7 +84,11 @@ class ScoringService:
             ),
         )
         self.limiter = make_rate_limiter(settings.resolved_rate_limit_url)
-        self.targets = TargetCache()
+        # (API key hash, deployment) -> the caller and its READY deployment, for 2 s, so the
+        # steady stream of predictions does not ask the database about every one.
+        # Deleting a deployment in this process forgets it at once; a separate scoring
+        # process stops answering for it within the ttl.
+        self.targets: TtlCache[tuple[str, str], tuple[TenantRef, ScoringTarget]] = TtlCache(2.0)
         self._jobs = ThreadPoolExecutor(2, thread_name_prefix="deploy")
         self._scheduled: set[str] = set()
         self._preloaded: set[str] = set()
@@ -245,7 +219,7 @@ class ScoringService:
         self.cache.load(deployment_id, model_key)
 
     def forget(self, deployment_id: str) -> None:
-        self.targets.forget(deployment_id)
+        self.targets.forget(lambda key: key[1] == deployment_id)
         self.cache.forget(deployment_id)
 
     # ---- predictions ----

@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING
 from service import storage
 from service.domain.states import TrainingState
 from service.logs import open_log_store
-from service.logs.base import LogRecord, LogStore
+from service.logs.base import LogRecord, LogStore, iso_utc
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, extract_archive
 from service.storage.base import (
@@ -172,10 +171,6 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
             return lines, buffer[start:]
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class LogTee:
     """Reads a command's output and writes each line to a log store and a local file.
 
@@ -262,7 +257,7 @@ class LogTee:
             self._emit(batch)
 
     def _emit(self, batch: list[LogRecord]) -> None:
-        text = "".join(f"{_iso(r.ts)} {r.line}\n" for r in batch).encode("utf-8", "replace")
+        text = "".join(f"{iso_utc(r.ts)} {r.line}\n" for r in batch).encode("utf-8", "replace")
         try:
             while text:
                 text = text[os.write(self._local, text) :]
