@@ -10,7 +10,7 @@ help:
 	@echo "make quickstart  install and run the journey on the embedded platform"
 	@echo "make test        install, lint, type-check and run every test (what CI runs)"
 	@echo "make test-fast   unit and API tests on SQLite only"
-	@echo "make lint        ruff check, ruff format --check, mypy"
+	@echo "make lint        ruff check, ruff format --check, mypy, lint-imports"
 	@echo "make run         dlaas up on the embedded defaults (http://127.0.0.1:8080)"
 	@echo "make schema      regenerate manifests/manifest.schema.json"
 	@echo "make bench       run the benchmarks (quick), rows in bench.json"
