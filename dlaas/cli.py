@@ -236,11 +236,11 @@ def _show_training(training: Training) -> None:
         out.print(history)
 
 
-def _follow(client: Client, training_id: str, *, json_: bool, learner: int | None = None) -> None:
+def _follow(client: Client, training_id: str, *, json_: bool) -> None:
     """Print the training's log lines as they come, until it has ended (stdout, or stderr
     under --json so stdout keeps one document)."""
     stream = sys.stderr if json_ else sys.stdout
-    with client.trainings.logs(training_id, follow=True, learner=learner) as lines:
+    with client.trainings.logs(training_id, follow=True) as lines:
         for line in lines:
             stream.write(line + "\n")
             stream.flush()
