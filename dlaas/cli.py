@@ -58,19 +58,25 @@ STATUS_STYLE = {
 }
 
 
-class _State:
-    """What the error handler needs to know about the command that failed."""
+@dataclasses.dataclass
+class _Session:
+    """One invocation's options, kept in the typer context (`ctx.obj`): the connection the
+    app callback reads, and whether the command prints JSON, which the error handler needs
+    to know about the command that failed."""
 
-    json = False
+    url: str | None = None
+    api_key: str | None = None
+    json: bool = False
 
 
-_state = _State()
+def _session(ctx: typer.Context) -> _Session:
+    return ctx.ensure_object(_Session)
 
 
-def _report(error: BaseException) -> NoReturn:
+def _report(error: BaseException, session: _Session) -> NoReturn:
     """Print a failure for people (stderr) and, with --json, for scripts (stdout); exit 1."""
     if isinstance(error, ApiError):
-        if _state.json:
+        if session.json:
             _emit(error.problem)
         head = f"{error.title} (HTTP {error.status})"
         if error.errors:
@@ -81,7 +87,7 @@ def _report(error: BaseException) -> NoReturn:
             err.print(f"[bold red]error:[/] {escape(head)}: {escape(error.detail)}")
     else:
         message = error.message if isinstance(error, DlaasError) else str(error)
-        if _state.json:
+        if session.json:
             _emit({"title": type(error).__name__, "detail": message})
         err.print(f"[bold red]error:[/] {escape(message)}")
     raise SystemExit(1)
@@ -91,13 +97,15 @@ class _App(typer.Typer):
     """A Typer app whose expected failures end in a message and exit code 1."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The session outlives the command's context, for the error handler to read.
+        session = _Session()
         try:
-            return super().__call__(*args, **kwargs)
+            return super().__call__(*args, obj=session, **kwargs)
         except (DlaasError, OSError, tarfile.TarError) as e:
             if isinstance(e, BrokenPipeError):  # `dlaas logs ... | head`
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 raise SystemExit(0) from None
-            _report(e)
+            _report(e, session)
 
 
 app = _App(
@@ -117,12 +125,6 @@ JsonFlag = Annotated[
 ]
 
 
-class _Connection:
-    def __init__(self, url: str | None, api_key: str | None) -> None:
-        self.url = url
-        self.api_key = api_key
-
-
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -134,12 +136,14 @@ def main(
     ] = None,
 ) -> None:
     """Distributed deep-learning training as a service."""
-    ctx.obj = _Connection(url, api_key)
+    session = _session(ctx)
+    session.url = url
+    session.api_key = api_key
 
 
 def _client(ctx: typer.Context, api_key: str | None = None) -> Client:
-    conn: _Connection = ctx.obj if isinstance(ctx.obj, _Connection) else _Connection(None, None)
-    return Client(conn.url, api_key or conn.api_key)
+    session = _session(ctx)
+    return Client(session.url, api_key or session.api_key)
 
 
 # -- output helpers ------------------------------------------------------------------------
@@ -232,11 +236,11 @@ def _show_training(training: Training) -> None:
         out.print(history)
 
 
-def _follow(client: Client, training_id: str, *, learner: int | None = None) -> None:
+def _follow(client: Client, training_id: str, *, json_: bool) -> None:
     """Print the training's log lines as they come, until it has ended (stdout, or stderr
     under --json so stdout keeps one document)."""
-    stream = sys.stderr if _state.json else sys.stdout
-    with client.trainings.logs(training_id, follow=True, learner=learner) as lines:
+    stream = sys.stderr if json_ else sys.stdout
+    with client.trainings.logs(training_id, follow=True) as lines:
         for line in lines:
             stream.write(line + "\n")
             stream.flush()
@@ -279,7 +283,7 @@ def train(
 ) -> None:
     """Submit a training. With --follow, stream its logs and exit non-zero unless it
     completes."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         with _transfer(f"uploading {code.name}") as progress:
             training = client.trainings.create(manifest, code, progress=progress)
@@ -294,7 +298,7 @@ def train(
             else:
                 out.print(f"Follow it with: dlaas logs {training.id} --follow")
             return
-        _follow(client, training.id)
+        _follow(client, training.id, json_=json_)
         final = client.trainings.wait(training.id, poll_interval=0.5)
     if json_:
         _emit(final.raw)
@@ -313,7 +317,7 @@ def list_(
     json_: JsonFlag = False,
 ) -> None:
     """Your trainings, newest first."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         trainings = client.trainings.list(status=status, limit=limit)
     if json_:
@@ -344,7 +348,7 @@ def show(
     json_: JsonFlag = False,
 ) -> None:
     """A training's status, learners and history."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         training = client.trainings.get(training_id)
     if json_:
@@ -383,7 +387,7 @@ def metrics(
 ) -> None:
     """The evaluation metrics read from a training's logs (the manifest's
     evaluation_metrics)."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         found = client.trainings.metrics(training_id)
     if json_:
@@ -411,7 +415,7 @@ def stop(
     json_: JsonFlag = False,
 ) -> None:
     """Stop a training (its learners get SIGTERM, then SIGKILL)."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         training = client.trainings.stop(training_id)
     if json_:
@@ -429,7 +433,7 @@ def delete(
     json_: JsonFlag = False,
 ) -> None:
     """Delete a training with its code, results and logs (stopping it first)."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         client.trainings.delete(training_id)
     if json_:
@@ -449,7 +453,7 @@ def download(
     json_: JsonFlag = False,
 ) -> None:
     """Download a training's results (the model, files it wrote, every learner's log)."""
-    _state.json = json_
+    _session(ctx).json = json_
     target = dest if dest is not None else Path(training_id)
     with _client(ctx) as client, _transfer(f"downloading {training_id}") as progress:
         files = client.trainings.download(training_id, target, progress=progress)
@@ -487,7 +491,7 @@ def deploy(
     json_: JsonFlag = False,
 ) -> None:
     """Deploy a completed training's SavedModel for online scoring."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         deployment = client.deployments.create(training_id, name=name)
         if wait and not deployment.final:
@@ -533,7 +537,7 @@ def predict(
     json_: JsonFlag = False,
 ) -> None:
     """Score instances with a deployed model; prints the predictions."""
-    _state.json = json_
+    _session(ctx).json = json_
     instances = _read_instances(input_)
     with _client(ctx) as client:
         predictions = client.deployments.predict(deployment_id, instances)
@@ -554,7 +558,7 @@ def predict(
 @deployments_app.command("list")
 def deployments_list(ctx: typer.Context, json_: JsonFlag = False) -> None:
     """Your deployments."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         found = client.deployments.list()
     if json_:
@@ -584,7 +588,7 @@ def deployments_show(
     json_: JsonFlag = False,
 ) -> None:
     """A deployment's status."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         deployment = client.deployments.get(deployment_id)
     if json_:
@@ -600,7 +604,7 @@ def deployments_delete(
     json_: JsonFlag = False,
 ) -> None:
     """Remove a deployment."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx) as client:
         client.deployments.delete(deployment_id)
     if json_:
@@ -652,7 +656,7 @@ def tenants_create(
     json_: JsonFlag = False,
 ) -> None:
     """Create a tenant; prints its API key, shown this once."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx, api_key=_admin_key(admin_key)) as client:
         tenant = client.tenants.create(name, plan)
     if json_:
@@ -666,7 +670,7 @@ def tenants_create(
 @tenants_app.command("list")
 def tenants_list(ctx: typer.Context, admin_key: AdminKey = None, json_: JsonFlag = False) -> None:
     """Every tenant."""
-    _state.json = json_
+    _session(ctx).json = json_
     with _client(ctx, api_key=_admin_key(admin_key)) as client:
         tenants = client.tenants.list()
     if json_:

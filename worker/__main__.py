@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from worker.celery_app import celery
+from worker.celery_app import create_celery_app
 
 
 def main() -> None:
-    celery.worker_main(
+    create_celery_app().worker_main(
         [
             "worker",
             "--pool=solo",

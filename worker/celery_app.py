@@ -1,7 +1,10 @@
 """The Celery app and its tasks: thin, named, idempotent; each loads by id and calls
 worker.execution.
 
-Run a worker with `celery -A worker.celery_app worker --pool=solo` (or `python -m worker`).
+`create_celery_app(settings)` makes an app with the tasks registered on it; importing this
+module reads no settings. Run a worker with `celery -A worker.celery_app worker --pool=solo`
+(the module's `celery`, made from the environment's settings when Celery looks it up) or
+`python -m worker`.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from celery import Celery
 from celery.signals import worker_ready
 
 from service import dispatch
@@ -18,34 +22,46 @@ from worker import execution
 from worker.backends import make_backend
 from worker.backends.base import Backend
 
-celery = dispatch.make_celery(Settings())
+
+def create_celery_app(settings: Settings | None = None) -> Celery:
+    """A Celery app for `settings` (default: from the environment) with the DLaaS tasks,
+    which run on a platform and backend built once, from those settings."""
+    resolved = settings if settings is not None else Settings()
+    app = dispatch.make_celery(resolved)
+
+    @cache
+    def runtime() -> tuple[Platform, Backend]:
+        return Platform.from_settings(resolved), make_backend(resolved)
+
+    def warm_up(sender: Any = None, **_: Any) -> None:
+        # Build the platform and probe the backend (namespaces) before the first launch.
+        if getattr(sender, "app", None) is app:
+            runtime()
+
+    worker_ready.connect(warm_up, weak=False)
+
+    # shared=False: the tasks close over this app's runtime, so no other app may get them.
+    @app.task(name=dispatch.LAUNCH, shared=False)
+    def launch_training(training_id: str) -> None:
+        platform, backend = runtime()
+        execution.launch(platform, backend, training_id)
+
+    @app.task(name=dispatch.STOP, shared=False)
+    def stop_training(training_id: str) -> None:
+        _platform, backend = runtime()
+        execution.stop(backend, training_id)
+
+    @app.task(name=dispatch.FINALIZE, shared=False)
+    def finalize_training(training_id: str) -> None:
+        platform, backend = runtime()
+        execution.finalize(platform, backend, training_id)
+
+    return app
 
 
-@cache
-def _runtime() -> tuple[Platform, Backend]:
-    settings = Settings()
-    return Platform.from_settings(settings), make_backend(settings)
-
-
-@worker_ready.connect
-def _warm_up(**_: Any) -> None:
-    # Build the platform and probe the backend (namespaces) before the first launch.
-    _runtime()
-
-
-@celery.task(name=dispatch.LAUNCH)
-def launch_training(training_id: str) -> None:
-    platform, backend = _runtime()
-    execution.launch(platform, backend, training_id)
-
-
-@celery.task(name=dispatch.STOP)
-def stop_training(training_id: str) -> None:
-    _platform, backend = _runtime()
-    execution.stop(backend, training_id)
-
-
-@celery.task(name=dispatch.FINALIZE)
-def finalize_training(training_id: str) -> None:
-    platform, backend = _runtime()
-    execution.finalize(platform, backend, training_id)
+def __getattr__(name: str) -> Any:
+    # `celery -A worker.celery_app` looks up the module's `celery` (this Celery cannot call
+    # an app factory named with -A): made on lookup, so that importing reads no settings.
+    if name == "celery":
+        return create_celery_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

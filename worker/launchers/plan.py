@@ -6,7 +6,7 @@ LaunchPlan. Backends add what only they know (directories, process or pod detail
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 GRPC_PORT = 2222
@@ -93,7 +93,6 @@ class LaunchPlan:
     training_id: str
     learners: tuple[LearnerPlan, ...]
     hostfile: str | None = None  # MPI: the content of MpiSetup.hostfile_path
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def primaries(self) -> tuple[int, ...]:
