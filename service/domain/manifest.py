@@ -113,13 +113,33 @@ class Manifest(_Strict):
     def nodes(self) -> int:
         return self.compute_configuration.nodes
 
-    @property
-    def parameter_servers(self) -> int:
-        """Learners 1..P serve parameters (tensorflow with nodes > 1); 0 otherwise."""
-        if self.framework.name != "tensorflow" or self.nodes == 1:
-            return 0
-        ps = self.framework.parameter_servers
-        return 1 if ps is None else ps
+    def parameter_servers_in(self, catalog: Catalog) -> int:
+        """How many learners (1..P) serve parameters, the framework as `catalog` has it."""
+        framework = catalog.frameworks.get(self.framework.name)
+        return parameter_server_count(
+            framework.distribution if framework else None,
+            self.nodes,
+            self.framework.parameter_servers,
+        )
+
+
+def takes_parameter_servers(distribution: str | None, nodes: int) -> bool:
+    """Whether learners of a training may serve parameters: those of a framework the
+    catalog distributes as a parameter-server cluster (tensorflow), on more than one node."""
+    return distribution == "parameter_server" and nodes > 1
+
+
+def parameter_server_count(distribution: str | None, nodes: int, requested: int | None) -> int:
+    """Learners 1..P serve parameters: P is `framework.parameter_servers` as the manifest
+    asks (1 when it does not say) where `takes_parameter_servers`, else 0.
+
+    `distribution` is the framework's `FrameworkSpec.distribution` (None: not in the
+    catalog). The manifest (`Manifest.parameter_servers_in`) and the worker reading a stored
+    manifest back (`worker.execution.training_spec`) both ask this.
+    """
+    if not takes_parameter_servers(distribution, nodes):
+        return 0
+    return 1 if requested is None else requested
 
 
 # Seed key -> (canonical parent, canonical key). Only the top level has aliases.
@@ -226,7 +246,7 @@ def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[Fi
     return [
         *_framework_errors(manifest.framework, framework, catalog),
         *_compute_errors(manifest, framework, distributed, catalog),
-        *_parameter_server_errors(manifest.framework, manifest.nodes),
+        *_parameter_server_errors(manifest.framework, framework, manifest.nodes),
         *_metric_errors(manifest.evaluation_metrics),
         *_plan_errors(manifest.nodes, distributed, catalog, plan_name),
     ]
@@ -280,12 +300,14 @@ def _compute_errors(
         )
 
 
-def _parameter_server_errors(fw: Framework, nodes: int) -> Iterator[FieldError]:
-    """Parameter servers are asked of a distributed tensorflow training only, and leave
-    at least one learner to work."""
+def _parameter_server_errors(
+    fw: Framework, framework: FrameworkSpec | None, nodes: int
+) -> Iterator[FieldError]:
+    """Parameter servers are asked only of a training that takes them, and leave at least
+    one learner to work."""
     if fw.parameter_servers is None:
         return
-    if fw.name != "tensorflow" or nodes == 1:
+    if not takes_parameter_servers(framework.distribution if framework else None, nodes):
         yield FieldError(
             "/framework/parameter_servers", "applies only to tensorflow trainings with nodes > 1"
         )

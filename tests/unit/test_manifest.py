@@ -31,7 +31,8 @@ def test_seed_keys_fold_into_the_canonical_form() -> None:
         "1.5",
         "python3 launcher.py",
     )
-    assert (m.compute_configuration.name, m.nodes, m.parameter_servers) == ("P100", 2, 1)
+    assert (m.compute_configuration.name, m.nodes) == ("P100", 2)
+    assert m.parameter_servers_in(DEFAULT_CATALOG) == 1
 
 
 def test_parameter_servers_apply_to_distributed_tensorflow_only() -> None:
@@ -44,7 +45,7 @@ def test_parameter_servers_apply_to_distributed_tensorflow_only() -> None:
         DEFAULT_CATALOG,
         "lite",
     )
-    assert single.nodes == 1 and single.parameter_servers == 0
+    assert single.nodes == 1 and single.parameter_servers_in(DEFAULT_CATALOG) == 0
 
 
 @pytest.mark.parametrize(
