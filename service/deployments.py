@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Deployment, Training, utcnow
+from service.domain.catalog import Catalog
 from service.domain.deployments import DeploymentState, ScoringTarget, check_deployable
 from service.domain.signature import signatures_from_json
 from service.errors import Conflict, NotFound
@@ -20,11 +21,22 @@ from service.storage.base import ObjectStore
 
 
 def create_deployment(
-    session: Session, store: ObjectStore, tenant: TenantRef, training: Training, name: str | None
+    session: Session,
+    store: ObjectStore,
+    catalog: Catalog,
+    tenant: TenantRef,
+    training: Training,
+    name: str | None,
 ) -> Deployment:
     """Insert the deployment DEPLOYING; a scoring service copies and loads the model."""
     has_model = store.stat(keys.saved_model_key(training.id)) is not None
-    check_deployable(training.id, training.status, training.framework_name, has_model)
+    check_deployable(
+        training.id,
+        training.status,
+        training.framework_name,
+        has_model,
+        native_tensorflow=catalog.native_tensorflow(training.framework_name),
+    )
     deployment_id = new_id()
     now = utcnow()
     deployment = Deployment(

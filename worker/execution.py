@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from service.db.models import Training
+from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
 from service.domain.states import TrainingState
 from service.logs import all_records
@@ -29,9 +30,9 @@ log = logging.getLogger("dlaas.worker")
 
 def training_spec(training: Training, platform: Platform) -> TrainingSpec:
     framework = training.manifest["framework"]
-    ps = framework.get("parameter_servers")
     nodes = training.nodes
     fw = platform.catalog.frameworks.get(training.framework_name)
+    distribution = fw.distribution if fw else "parameter_server"
     compute = platform.catalog.compute_configurations.get(training.compute_name)
     return TrainingSpec(
         training_id=training.id,
@@ -39,11 +40,11 @@ def training_spec(training: Training, platform: Platform) -> TrainingSpec:
         version=training.framework_version,
         command=framework["command"],
         nodes=nodes,
-        parameter_servers=(1 if ps is None else ps)
-        if training.framework_name == "tensorflow" and nodes > 1
-        else 0,
+        parameter_servers=parameter_server_count(
+            distribution, nodes, framework.get("parameter_servers")
+        ),
         gpus_per_node=compute.gpus if compute else 0,
-        distribution=fw.distribution if fw else "parameter_server",
+        distribution=distribution,
     )
 
 

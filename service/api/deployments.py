@@ -49,7 +49,9 @@ def create_deployment(
     """Deploy the training's SavedModel: 202 DEPLOYING, then READY (with its signature) or
     FAILED (with the reason) once the model is loaded and answered a warm-up call."""
     training = owned_training(session, tenant, body.training_id)
-    deployment = service.create_deployment(session, platform.store, tenant, training, body.name)
+    deployment = service.create_deployment(
+        session, platform.store, platform.catalog, tenant, training, body.name
+    )
     session.commit()
     _wake_scoring(request)
     response.headers["Location"] = f"/v1/deployments/{deployment.id}"

@@ -24,6 +24,10 @@ class FrameworkSpec(_Frozen):
     distribution: Literal["parameter_server", "mpi"]
     # MPI frameworks exist to distribute: a single-node job is refused.
     requires_multiple_nodes: bool = False
+    # Its trainings leave native TensorFlow models, the only ones deployed for online
+    # scoring. Not given (an operator's catalog from before this setting): judged by the
+    # framework's name, see Catalog.native_tensorflow.
+    native_tensorflow: bool | None = None
 
 
 class ComputeSpec(_Frozen):
@@ -58,17 +62,34 @@ class Catalog(_Frozen):
         merged.update(data)
         return Catalog.model_validate(merged)
 
+    def native_tensorflow(self, framework_name: str) -> bool:
+        """Whether trainings of `framework_name` leave native TensorFlow models (the rule of
+        online deployment): as the catalog says; where it does not (the framework is not
+        set, or no longer in the catalog), a "tensorflow..." name is native TensorFlow."""
+        spec = self.frameworks.get(framework_name)
+        if spec is None or spec.native_tensorflow is None:
+            return framework_name.startswith("tensorflow")
+        return spec.native_tensorflow
+
 
 TENSORFLOW_VERSIONS = ("1.5", "2.21")
 
 DEFAULT_CATALOG = Catalog(
     frameworks={
-        "tensorflow": FrameworkSpec(versions=TENSORFLOW_VERSIONS, distribution="parameter_server"),
+        "tensorflow": FrameworkSpec(
+            versions=TENSORFLOW_VERSIONS, distribution="parameter_server", native_tensorflow=True
+        ),
         "tensorflow-ddl": FrameworkSpec(
-            versions=TENSORFLOW_VERSIONS, distribution="mpi", requires_multiple_nodes=True
+            versions=TENSORFLOW_VERSIONS,
+            distribution="mpi",
+            requires_multiple_nodes=True,
+            native_tensorflow=True,
         ),
         "tensorflow-horovod": FrameworkSpec(
-            versions=TENSORFLOW_VERSIONS, distribution="mpi", requires_multiple_nodes=True
+            versions=TENSORFLOW_VERSIONS,
+            distribution="mpi",
+            requires_multiple_nodes=True,
+            native_tensorflow=True,
         ),
     },
     compute_configurations={

@@ -1,9 +1,10 @@
 """What can be deployed for online scoring, and the states of a deployment. Pure rules.
 
 The seeds' rule: online deployment (scoring) is supported for native TensorFlow models
-only. Here that means a COMPLETED training of a TensorFlow framework whose results hold a
-SavedModel (`model/saved_model.pb`); the `serving_default` signature is checked when the
-model is loaded, and a model without one fails to deploy with that reason.
+only. Here that means a COMPLETED training of a framework the catalog calls native
+TensorFlow (`Catalog.native_tensorflow`) whose results hold a SavedModel
+(`model/saved_model.pb`); the `serving_default` signature is checked when the model is
+loaded, and a model without one fails to deploy with that reason.
 """
 
 from __future__ import annotations
@@ -46,16 +47,22 @@ class ScoringTarget:
 
 
 def check_deployable(
-    training_id: str, status: str, framework_name: str, has_saved_model: bool
+    training_id: str,
+    status: str,
+    framework_name: str,
+    has_saved_model: bool,
+    *,
+    native_tensorflow: bool,
 ) -> None:
     """Raise Conflict (not COMPLETED) or ValidationFailed (not a TensorFlow SavedModel),
-    both stating the rule; return when the training can be deployed."""
+    both stating the rule; return when the training can be deployed. `native_tensorflow`:
+    what the catalog says of the training's framework."""
     if status != TrainingState.COMPLETED:
         raise Conflict(
             f"training {training_id} is {status}, not COMPLETED; {DEPLOYMENT_RULE}",
             errors=[FieldError("training_id", f"training {training_id} is {status}")],
         )
-    if not framework_name.startswith("tensorflow"):
+    if not native_tensorflow:
         problem = f"training {training_id} used {framework_name}, not TensorFlow"
     elif not has_saved_model:
         problem = f"the results of training {training_id} hold no {SAVED_MODEL_FILE}"

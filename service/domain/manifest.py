@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from service.domain.catalog import Catalog
+from service.domain.catalog import Catalog, FrameworkSpec
 from service.errors import BadRequest, FieldError, ValidationFailed
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -113,13 +113,33 @@ class Manifest(_Strict):
     def nodes(self) -> int:
         return self.compute_configuration.nodes
 
-    @property
-    def parameter_servers(self) -> int:
-        """Learners 1..P serve parameters (tensorflow with nodes > 1); 0 otherwise."""
-        if self.framework.name != "tensorflow" or self.nodes == 1:
-            return 0
-        ps = self.framework.parameter_servers
-        return 1 if ps is None else ps
+    def parameter_servers_in(self, catalog: Catalog) -> int:
+        """How many learners (1..P) serve parameters, the framework as `catalog` has it."""
+        framework = catalog.frameworks.get(self.framework.name)
+        return parameter_server_count(
+            framework.distribution if framework else None,
+            self.nodes,
+            self.framework.parameter_servers,
+        )
+
+
+def takes_parameter_servers(distribution: str | None, nodes: int) -> bool:
+    """Whether learners of a training may serve parameters: those of a framework the
+    catalog distributes as a parameter-server cluster (tensorflow), on more than one node."""
+    return distribution == "parameter_server" and nodes > 1
+
+
+def parameter_server_count(distribution: str | None, nodes: int, requested: int | None) -> int:
+    """Learners 1..P serve parameters: P is `framework.parameter_servers` as the manifest
+    asks (1 when it does not say) where `takes_parameter_servers`, else 0.
+
+    `distribution` is the framework's `FrameworkSpec.distribution` (None: not in the
+    catalog). The manifest (`Manifest.parameter_servers_in`) and the worker reading a stored
+    manifest back (`worker.execution.training_spec`) both ask this.
+    """
+    if not takes_parameter_servers(distribution, nodes):
+        return 0
+    return 1 if requested is None else requested
 
 
 # Seed key -> (canonical parent, canonical key). Only the top level has aliases.
@@ -219,107 +239,119 @@ def _as_written(pointer: str, written_as: Mapping[str, str]) -> str:
 
 def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[FieldError]:
     """The catalog and plan rules; an empty list means the manifest is acceptable."""
-    errors: list[FieldError] = []
-    fw = manifest.framework
-    nodes = manifest.nodes
-    framework = catalog.frameworks.get(fw.name)
+    framework = catalog.frameworks.get(manifest.framework.name)
+    distributed = manifest.nodes > 1 or (
+        framework is not None and framework.requires_multiple_nodes
+    )
+    return [
+        *_framework_errors(manifest.framework, framework, catalog),
+        *_compute_errors(manifest, framework, distributed, catalog),
+        *_parameter_server_errors(manifest.framework, framework, manifest.nodes),
+        *_metric_errors(manifest.evaluation_metrics),
+        *_plan_errors(manifest.nodes, distributed, catalog, plan_name),
+    ]
+
+
+def _framework_errors(
+    fw: Framework, framework: FrameworkSpec | None, catalog: Catalog
+) -> Iterator[FieldError]:
+    """The framework is in the catalog, in a version it offers, with a command to run."""
     if framework is None:
-        errors.append(
-            FieldError(
-                "/framework/name",
-                f"unknown framework '{fw.name}'; "
-                f"supported: {', '.join(sorted(catalog.frameworks))}",
-            )
+        yield FieldError(
+            "/framework/name",
+            f"unknown framework '{fw.name}'; supported: {', '.join(sorted(catalog.frameworks))}",
         )
     elif fw.version not in framework.versions:
-        errors.append(
-            FieldError(
-                "/framework/version",
-                f"{fw.name} version '{fw.version}' is not supported; "
-                f"supported versions: {', '.join(framework.versions)}",
-            )
+        yield FieldError(
+            "/framework/version",
+            f"{fw.name} version '{fw.version}' is not supported; "
+            f"supported versions: {', '.join(framework.versions)}",
         )
     if not fw.command.strip():
-        errors.append(FieldError("/framework/command", "must not be empty"))
+        yield FieldError("/framework/command", "must not be empty")
 
-    compute = catalog.compute_configurations.get(manifest.compute_configuration.name)
+
+def _compute_errors(
+    manifest: Manifest, framework: FrameworkSpec | None, distributed: bool, catalog: Catalog
+) -> Iterator[FieldError]:
+    """The compute configuration is in the catalog, and a distributed training gets the
+    nodes and the compute configuration it needs."""
+    name = manifest.compute_configuration.name
+    compute = catalog.compute_configurations.get(name)
     if compute is None:
-        errors.append(
-            FieldError(
-                "/compute_configuration/name",
-                f"unknown compute configuration '{manifest.compute_configuration.name}'; "
-                f"supported: {', '.join(catalog.compute_configurations)}",
-            )
+        yield FieldError(
+            "/compute_configuration/name",
+            f"unknown compute configuration '{name}'; "
+            f"supported: {', '.join(catalog.compute_configurations)}",
         )
-    distributed_ok = [
-        n for n, c in catalog.compute_configurations.items() if c.supports_distributed
-    ]
-    if framework is not None and framework.requires_multiple_nodes and nodes < 2:
-        errors.append(
-            FieldError(
-                "/compute_configuration/nodes", f"{fw.name} is distributed: nodes must be > 1"
-            )
+    if framework is not None and framework.requires_multiple_nodes and manifest.nodes < 2:
+        yield FieldError(
+            "/compute_configuration/nodes",
+            f"{manifest.framework.name} is distributed: nodes must be > 1",
         )
-    distributed = nodes > 1 or (framework is not None and framework.requires_multiple_nodes)
     if distributed and compute is not None and not compute.supports_distributed:
-        errors.append(
-            FieldError(
-                "/compute_configuration/name",
-                f"{manifest.compute_configuration.name} does not support distributed training; "
-                f"use one of: {', '.join(distributed_ok) or 'none in this catalog'}",
-            )
+        distributed_ok = [
+            n for n, c in catalog.compute_configurations.items() if c.supports_distributed
+        ]
+        yield FieldError(
+            "/compute_configuration/name",
+            f"{name} does not support distributed training; "
+            f"use one of: {', '.join(distributed_ok) or 'none in this catalog'}",
         )
 
-    if fw.parameter_servers is not None:
-        if fw.name != "tensorflow" or nodes == 1:
-            errors.append(
-                FieldError(
-                    "/framework/parameter_servers",
-                    "applies only to tensorflow trainings with nodes > 1",
-                )
-            )
-        elif fw.parameter_servers >= nodes:
-            errors.append(
-                FieldError(
-                    "/framework/parameter_servers",
-                    f"must be less than nodes ({nodes}) so at least one learner is a worker",
-                )
-            )
 
+def _parameter_server_errors(
+    fw: Framework, framework: FrameworkSpec | None, nodes: int
+) -> Iterator[FieldError]:
+    """Parameter servers are asked only of a training that takes them, and leave at least
+    one learner to work."""
+    if fw.parameter_servers is None:
+        return
+    if not takes_parameter_servers(framework.distribution if framework else None, nodes):
+        yield FieldError(
+            "/framework/parameter_servers", "applies only to tensorflow trainings with nodes > 1"
+        )
+    elif fw.parameter_servers >= nodes:
+        yield FieldError(
+            "/framework/parameter_servers",
+            f"must be less than nodes ({nodes}) so at least one learner is a worker",
+        )
+
+
+def _metric_errors(metrics: list[EvaluationMetric]) -> Iterator[FieldError]:
+    """Metric names are unique; each regex compiles and captures exactly the value."""
     seen: set[str] = set()
-    for i, metric in enumerate(manifest.evaluation_metrics):
+    for i, metric in enumerate(metrics):
         if metric.name in seen:
-            errors.append(FieldError(f"/evaluation_metrics/{i}/name", "is given twice"))
+            yield FieldError(f"/evaluation_metrics/{i}/name", "is given twice")
         seen.add(metric.name)
         try:
             groups = re.compile(metric.regex).groups
         except re.error as e:
-            errors.append(FieldError(f"/evaluation_metrics/{i}/regex", f"does not compile: {e}"))
+            yield FieldError(f"/evaluation_metrics/{i}/regex", f"does not compile: {e}")
             continue
         if groups != 1:
-            errors.append(
-                FieldError(
-                    f"/evaluation_metrics/{i}/regex",
-                    f"must have exactly one capturing group (the value); it has {groups}",
-                )
+            yield FieldError(
+                f"/evaluation_metrics/{i}/regex",
+                f"must have exactly one capturing group (the value); it has {groups}",
             )
 
+
+def _plan_errors(
+    nodes: int, distributed: bool, catalog: Catalog, plan_name: str
+) -> Iterator[FieldError]:
+    """The tenant's plan is offered and allows the training's distribution and nodes."""
     plan = catalog.plans.get(plan_name)
     if plan is None:  # a tenant whose plan left the catalog: refuse rather than guess
-        errors.append(FieldError("/compute_configuration", f"plan '{plan_name}' is not offered"))
+        yield FieldError("/compute_configuration", f"plan '{plan_name}' is not offered")
     elif distributed and not plan.distributed:
         field = "/compute_configuration/nodes" if nodes > 1 else "/framework/name"
-        errors.append(
-            FieldError(field, f"the {plan_name} plan does not support distributed training")
-        )
+        yield FieldError(field, f"the {plan_name} plan does not support distributed training")
     elif nodes > plan.max_nodes:
-        errors.append(
-            FieldError(
-                "/compute_configuration/nodes",
-                f"the {plan_name} plan allows at most {plan.max_nodes} nodes",
-            )
+        yield FieldError(
+            "/compute_configuration/nodes",
+            f"the {plan_name} plan allows at most {plan.max_nodes} nodes",
         )
-    return errors
 
 
 def load_manifest(data: Mapping[str, Any], catalog: Catalog, plan_name: str) -> Manifest:

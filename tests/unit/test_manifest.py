@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from service.domain.catalog import DEFAULT_CATALOG
-from service.domain.manifest import load_manifest, parse_manifest_text
+from service.domain.catalog import DEFAULT_CATALOG, Catalog
+from service.domain.manifest import Manifest, check_rules, load_manifest, parse_manifest_text
 from service.errors import BadRequest, ValidationFailed
-from tests.manifest_cases import ACCEPTED, REJECTED, Case, seed
+from tests.manifest_cases import ACCEPTED, REJECTED, Case, base, seed
 
 
 @pytest.mark.parametrize("case", REJECTED, ids=lambda c: c.id)
@@ -31,7 +31,8 @@ def test_seed_keys_fold_into_the_canonical_form() -> None:
         "1.5",
         "python3 launcher.py",
     )
-    assert (m.compute_configuration.name, m.nodes, m.parameter_servers) == ("P100", 2, 1)
+    assert (m.compute_configuration.name, m.nodes) == ("P100", 2)
+    assert m.parameter_servers_in(DEFAULT_CATALOG) == 1
 
 
 def test_parameter_servers_apply_to_distributed_tensorflow_only() -> None:
@@ -44,7 +45,7 @@ def test_parameter_servers_apply_to_distributed_tensorflow_only() -> None:
         DEFAULT_CATALOG,
         "lite",
     )
-    assert single.nodes == 1 and single.parameter_servers == 0
+    assert single.nodes == 1 and single.parameter_servers_in(DEFAULT_CATALOG) == 0
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,123 @@ def test_json_and_yaml_give_the_same_manifest() -> None:
     as_json = parse_manifest_text('{"name": "a", "framework": {"version": "1.5"}}')
     as_yaml = parse_manifest_text("name: a\nframework:\n  version: '1.5'\n")
     assert as_json == as_yaml
+
+
+_METRICS = [
+    {"name": "loss", "regex": r"loss=(\S+)"},
+    {"name": "loss", "regex": r"loss=(\S+"},
+    {"name": "acc", "regex": r"(a)=(\S+)"},
+]
+_NO_DISTRIBUTED_COMPUTE = DEFAULT_CATALOG.with_overrides(
+    {"compute_configurations": {"CPU": {"gpus": 0, "cpus": 2, "memory_gib": 4}}}
+)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "plan", "catalog", "errors"),
+    [
+        (
+            base(
+                framework={"name": "pytorch", "command": " ", "parameter_servers": 1},
+                compute_configuration={"name": "Z80", "nodes": 3},
+                evaluation_metrics=_METRICS,
+            ),
+            "lite",
+            DEFAULT_CATALOG,
+            [
+                (
+                    "/framework/name",
+                    "unknown framework 'pytorch'; "
+                    "supported: tensorflow, tensorflow-ddl, tensorflow-horovod",
+                ),
+                ("/framework/command", "must not be empty"),
+                (
+                    "/compute_configuration/name",
+                    "unknown compute configuration 'Z80'; "
+                    "supported: K80, K80x2, P100, P100x2, V100, V100x2",
+                ),
+                (
+                    "/framework/parameter_servers",
+                    "applies only to tensorflow trainings with nodes > 1",
+                ),
+                ("/evaluation_metrics/1/name", "is given twice"),
+                (
+                    "/evaluation_metrics/1/regex",
+                    "does not compile: missing ), unterminated subpattern at position 5",
+                ),
+                (
+                    "/evaluation_metrics/2/regex",
+                    "must have exactly one capturing group (the value); it has 2",
+                ),
+                (
+                    "/compute_configuration/nodes",
+                    "the lite plan does not support distributed training",
+                ),
+            ],
+        ),
+        (
+            base(
+                framework={"name": "tensorflow-horovod", "version": "9.9", "parameter_servers": 1},
+                compute_configuration={"name": "K80", "nodes": 1},
+            ),
+            "lite",
+            DEFAULT_CATALOG,
+            [
+                (
+                    "/framework/version",
+                    "tensorflow-horovod version '9.9' is not supported; "
+                    "supported versions: 1.5, 2.21",
+                ),
+                (
+                    "/compute_configuration/nodes",
+                    "tensorflow-horovod is distributed: nodes must be > 1",
+                ),
+                (
+                    "/compute_configuration/name",
+                    "K80 does not support distributed training; use one of: P100, P100x2",
+                ),
+                (
+                    "/framework/parameter_servers",
+                    "applies only to tensorflow trainings with nodes > 1",
+                ),
+                ("/framework/name", "the lite plan does not support distributed training"),
+            ],
+        ),
+        (
+            base(compute_configuration={"nodes": 3}, framework={"parameter_servers": 3}),
+            "gold",
+            DEFAULT_CATALOG,
+            [
+                (
+                    "/framework/parameter_servers",
+                    "must be less than nodes (3) so at least one learner is a worker",
+                ),
+                ("/compute_configuration", "plan 'gold' is not offered"),
+            ],
+        ),
+        (
+            base(compute_configuration={"nodes": 20}),
+            "standard",
+            DEFAULT_CATALOG,
+            [("/compute_configuration/nodes", "the standard plan allows at most 16 nodes")],
+        ),
+        (
+            base(compute_configuration={"name": "CPU", "nodes": 2}),
+            "standard",
+            _NO_DISTRIBUTED_COMPUTE,
+            [
+                (
+                    "/compute_configuration/name",
+                    "CPU does not support distributed training; use one of: none in this catalog",
+                )
+            ],
+        ),
+        (base(compute_configuration={"nodes": 2}), "standard", DEFAULT_CATALOG, []),
+    ],
+    ids=["every-group", "horovod-single-node", "ps-and-plan", "max-nodes", "no-distributed", "ok"],
+)
+def test_check_rules_reports_every_group_in_order(
+    manifest: dict[str, Any], plan: str, catalog: Catalog, errors: list[tuple[str, str]]
+) -> None:
+    found = check_rules(Manifest.model_validate(manifest), catalog, plan)
+    assert [(e.field, e.message) for e in found] == errors

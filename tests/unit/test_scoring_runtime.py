@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from service.domain.catalog import DEFAULT_CATALOG
 from service.domain.deployments import EXPORT_GUIDE, check_deployable
 from service.domain.signature import (
     SignatureInfo,
@@ -240,10 +241,11 @@ def test_signatures_survive_json() -> None:
 def test_what_can_be_deployed(
     status: str, framework: str, has_model: bool, error: type[Exception] | None
 ) -> None:
+    native = DEFAULT_CATALOG.native_tensorflow(framework)
     if error is None:
-        check_deployable("t1", status, framework, has_model)
+        check_deployable("t1", status, framework, has_model, native_tensorflow=native)
         return
     with pytest.raises(error) as e:
-        check_deployable("t1", status, framework, has_model)
+        check_deployable("t1", status, framework, has_model, native_tensorflow=native)
     assert "native TensorFlow models only" in str(e.value)
     assert EXPORT_GUIDE in str(e.value)
