@@ -3,18 +3,22 @@ and PostgreSQL, without the HTTP layer."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import tenants
+from service import tenants, trainings
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
-from service.db.models import ApiKey
-from service.errors import Conflict, ValidationFailed
+from service.db.models import ApiKey, Training
+from service.domain.states import TrainingState
+from service.errors import Conflict, ServiceUnavailable, ValidationFailed
 from service.platform import Platform
+from service.storage.base import StoreUnavailable
+from tests.conftest import CODE_ZIP, manifest_yaml
 
 
 @pytest.fixture
@@ -28,6 +32,15 @@ def _tenant(session: Session, platform: Platform, name: str = "acme") -> TenantR
     tenant, _ = tenants.create_tenant(session, platform.catalog, name, "standard")
     session.commit()
     return TenantRef(tenant.id, tenant.name, tenant.plan)
+
+
+def _submit(session: Session, platform: Platform, tenant: TenantRef, nodes: int = 1) -> Training:
+    manifest = manifest_yaml(compute_configuration={"name": "P100", "nodes": nodes})
+    with trainings.submission(
+        session, platform, tenant, manifest, io.BytesIO(CODE_ZIP)
+    ) as training:
+        session.commit()
+    return training
 
 
 # -- tenants -----------------------------------------------------------------------------
@@ -77,3 +90,74 @@ def test_an_existing_tenant_can_be_issued_another_key(session: Session, platform
     for key in (first, second):
         owner = repository.tenant_for_key_hash(session, hash_api_key(key))
         assert owner is not None and owner.id == tenant.id
+
+
+# -- trainings ---------------------------------------------------------------------------
+
+
+def test_a_submission_is_committed_by_the_caller_and_wakes_the_monitor(
+    session: Session, platform: Platform
+) -> None:
+    tenant = _tenant(session, platform)
+    platform.monitor_wakeup.clear()
+    with trainings.submission(
+        session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)
+    ) as training:
+        assert not platform.monitor_wakeup.is_set()
+        assert training.status == TrainingState.QUEUED
+        session.commit()
+    assert platform.monitor_wakeup.is_set()
+    assert platform.store.stat(training.model_definition_key) is not None
+    assert list(platform.settings.home_dir.joinpath("uploads").iterdir()) == []
+
+
+def test_a_submission_whose_commit_fails_leaves_nothing_behind(
+    session: Session, platform: Platform
+) -> None:
+    tenant = _tenant(session, platform)
+    platform.monitor_wakeup.clear()
+    with (
+        pytest.raises(RuntimeError, match="the database went away"),
+        trainings.submission(
+            session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)
+        ) as training,
+    ):
+        raise RuntimeError("the database went away")
+    session.rollback()
+    assert list(platform.store.list(trainings.training_prefix(training.id))) == []
+    assert session.get(Training, training.id) is None
+    assert not platform.monitor_wakeup.is_set()
+    assert list(platform.settings.home_dir.joinpath("uploads").iterdir()) == []
+
+
+def test_a_submission_the_store_cannot_take_is_unavailable(
+    session: Session, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = _tenant(session, platform)
+
+    def refuse(*_: object) -> None:
+        raise StoreUnavailable("the store is down")
+
+    monkeypatch.setattr(platform.store, "put_file", refuse)
+    with (
+        pytest.raises(ServiceUnavailable, match="the code archive cannot be stored: the store"),
+        trainings.submission(session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)),
+    ):
+        pytest.fail("no training to commit")
+    session.rollback()
+    assert list(platform.store.list("trainings/")) == []
+
+
+def test_an_unsafe_archive_is_refused_naming_the_model_definition(
+    session: Session, platform: Platform
+) -> None:
+    tenant = _tenant(session, platform)
+    with (
+        pytest.raises(ValidationFailed) as refused,
+        trainings.submission(
+            session, platform, tenant, manifest_yaml(), io.BytesIO(b"not an archive")
+        ),
+    ):
+        pytest.fail("no training to commit")
+    assert [e.field for e in refused.value.errors] == ["model_definition"]
+    assert session.scalar(select(func.count()).select_from(Training)) == 0
