@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from service import tenants, trainings
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
-from service.db.models import ApiKey, Training
-from service.domain.states import TrainingState
+from service.db.models import ApiKey, Training, utcnow
+from service.domain.states import ACTIVE_STATES, TrainingState
 from service.errors import Conflict, ServiceUnavailable, ValidationFailed
 from service.platform import Platform
 from service.storage.base import StoreUnavailable
@@ -41,6 +41,11 @@ def _submit(session: Session, platform: Platform, tenant: TenantRef, nodes: int 
     ) as training:
         session.commit()
     return training
+
+
+def _move(training: Training, *states: TrainingState) -> None:
+    for state in states:
+        trainings.record_transition(training, state)
 
 
 # -- tenants -----------------------------------------------------------------------------
@@ -92,6 +97,56 @@ def test_an_existing_tenant_can_be_issued_another_key(session: Session, platform
         assert owner is not None and owner.id == tenant.id
 
 
+# -- the monitor's and the worker's queries ----------------------------------------------
+
+
+def test_the_monitor_finds_queued_active_and_deletable_trainings(
+    session: Session, platform: Platform
+) -> None:
+    acme = _tenant(session, platform, "acme")
+    other = _tenant(session, platform, "other")
+    queued, pending, running, ended, deleted = (
+        _submit(session, platform, acme if i % 2 == 0 else other) for i in range(5)
+    )
+    _move(pending, TrainingState.PENDING)
+    _move(running, TrainingState.PENDING, TrainingState.RUNNING)
+    _move(ended, TrainingState.PENDING, TrainingState.FAILED)
+    _move(deleted, TrainingState.PENDING, TrainingState.RUNNING)
+    deleted.delete_requested_at = utcnow()
+    session.commit()
+
+    assert [t.id for t in repository.queued_trainings(session)] == [queued.id]
+    assert [t.id for t in repository.active_trainings(session)] == [
+        pending.id,
+        running.id,
+        deleted.id,
+    ]
+    assert set(repository.active_training_ids(session)) == {pending.id, running.id, deleted.id}
+    # Deleted once its learners are gone, not before.
+    assert repository.trainings_to_delete(session) == []
+    _move(deleted, TrainingState.HALTED)
+    session.commit()
+    assert [t.id for t in repository.trainings_to_delete(session)] == [deleted.id]
+    assert repository.plans_of_tenants(session, {acme.id, other.id, "nobody"}) == {
+        acme.id: "standard",
+        other.id: "standard",
+    }
+    assert repository.training_by_id(session, ended.id) is ended
+    assert repository.training_by_id(session, "nothing") is None
+
+
+def test_the_active_states_are_the_ones_that_hold_learners() -> None:
+    assert ACTIVE_STATES == (
+        TrainingState.PENDING,
+        TrainingState.DOWNLOADING,
+        TrainingState.RUNNING,
+        TrainingState.STORING,
+    )
+    from worker.monitor import ACTIVE
+
+    assert ACTIVE == ACTIVE_STATES
+
+
 # -- trainings ---------------------------------------------------------------------------
 
 
@@ -125,7 +180,7 @@ def test_a_submission_whose_commit_fails_leaves_nothing_behind(
         raise RuntimeError("the database went away")
     session.rollback()
     assert list(platform.store.list(trainings.training_prefix(training.id))) == []
-    assert session.get(Training, training.id) is None
+    assert repository.training_by_id(session, training.id) is None
     assert not platform.monitor_wakeup.is_set()
     assert list(platform.settings.home_dir.joinpath("uploads").iterdir()) == []
 
