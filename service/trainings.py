@@ -2,7 +2,8 @@
 
 Services never commit; the request (or the task) that calls them owns the transaction.
 Every state change of a training goes through `record_transition`, so the history users
-read is complete and the state machine is enforced in one place.
+read is complete and the state machine is enforced in one place; every learner's state
+goes through `record_learner_states`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
 from service.db.models import Learner, StatusEvent, Training, utcnow
+from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState, check_transition
 from service.errors import Conflict, FieldError, ServiceUnavailable, ValidationFailed
@@ -166,6 +168,23 @@ def record_transition(
     if new.terminal:
         training.completed_at = now
     training.events.append(StatusEvent(status=new, message=message, at=now))
+
+
+def record_learner_states(training: Training, observations: Iterable[LearnerObservation]) -> None:
+    """Record what the backend observed of each learner: its phase, exit code and
+    message. Observations of learners the training does not have are ignored; a learner
+    whose state did not change is left untouched (no write)."""
+    rows = {lr.learner_id: lr for lr in training.learners}
+    for obs in observations:
+        row = rows.get(obs.learner_id)
+        if row is None:
+            continue
+        if (row.status, row.exit_code, row.status_message) != (
+            obs.phase,
+            obs.exit_code,
+            obs.message,
+        ):
+            row.status, row.exit_code, row.status_message = obs.phase, obs.exit_code, obs.message
 
 
 def request_stop(training: Training) -> bool:

@@ -38,9 +38,9 @@ from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.states import ACTIVE_STATES, TrainingState
 from service.platform import Platform
 from service.settings import Settings
-from service.trainings import delete_training, record_transition
+from service.trainings import delete_training, record_learner_states, record_transition
 from worker.backends import make_backend
-from worker.backends.base import Backend, Observation
+from worker.backends.base import Backend
 
 log = logging.getLogger("dlaas.monitor")
 
@@ -91,7 +91,7 @@ class Monitor:
             elif state == TrainingState.PENDING and now - training.updated_at > LAUNCH_RETRY:
                 outbox.append((LAUNCH, training.id))  # the launch was lost: send it again
             return
-        self._record_learners(training, observation)
+        record_learner_states(training, observation.learners)
         manifest_runtime = training.manifest.get("max_runtime")
         decision = decide(
             state,
@@ -120,24 +120,6 @@ class Monitor:
                 training.status_message = progress
         for action in decision.actions:
             outbox.append((FINALIZE if action == Action.FINALIZE else STOP, training.id))
-
-    @staticmethod
-    def _record_learners(training: Training, observation: Observation) -> None:
-        rows = {lr.learner_id: lr for lr in training.learners}
-        for obs in observation.learners:
-            row = rows.get(obs.learner_id)
-            if row is None:
-                continue
-            if (row.status, row.exit_code, row.status_message) != (
-                obs.phase,
-                obs.exit_code,
-                obs.message,
-            ):
-                row.status, row.exit_code, row.status_message = (
-                    obs.phase,
-                    obs.exit_code,
-                    obs.message,
-                )
 
     def _admit(self, session: Session, outbox: list[tuple[str, str]]) -> None:
         queued = repository.queued_trainings(session)

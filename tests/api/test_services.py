@@ -14,6 +14,7 @@ from service import tenants, trainings
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
 from service.db.models import ApiKey, Training, utcnow
+from service.domain.lifecycle import LearnerObservation
 from service.domain.states import ACTIVE_STATES, TrainingState
 from service.errors import Conflict, ServiceUnavailable, ValidationFailed
 from service.platform import Platform
@@ -148,6 +149,25 @@ def test_the_active_states_are_the_ones_that_hold_learners() -> None:
 
 
 # -- trainings ---------------------------------------------------------------------------
+
+
+def test_learner_states_are_written_only_when_they_change(
+    session: Session, platform: Platform
+) -> None:
+    training = _submit(session, platform, _tenant(session, platform), nodes=2)
+    first, second = training.learners
+    trainings.record_learner_states(
+        training,
+        [LearnerObservation(1, "QUEUED"), LearnerObservation(2, "RUNNING", message="epoch 1")],
+    )
+    assert not session.is_modified(first)
+    assert session.is_modified(second)
+    session.commit()
+    session.expire_all()
+    assert [(lr.status, lr.status_message) for lr in training.learners] == [
+        ("QUEUED", None),
+        ("RUNNING", "epoch 1"),
+    ]
 
 
 def test_a_submission_is_committed_by_the_caller_and_wakes_the_monitor(
