@@ -2,25 +2,37 @@
 
 Services never commit; the request (or the task) that calls them owns the transaction.
 Every state change of a training goes through `record_transition`, so the history users
-read is complete and the state machine is enforced in one place.
+read is complete and the state machine is enforced in one place; every learner's state
+goes through `record_learner_states`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
 from service.db.models import Learner, StatusEvent, Training, utcnow
-from service.domain.manifest import Manifest
+from service.domain.lifecycle import LearnerObservation
+from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState, check_transition
-from service.errors import Conflict
+from service.errors import Conflict, FieldError, ServiceUnavailable, ValidationFailed
 from service.logs.base import LogStore
 from service.secrets import SecretBox, seal_manifest
 from service.storage import keys
-from service.storage.base import ObjectStore
+from service.storage.archives import UnsafeArchiveError, inspect_archive
+from service.storage.base import ObjectStore, StoreUnavailable
+from service.storage.endpoints import check_references
+
+if TYPE_CHECKING:
+    from service.platform import Platform
 
 
 def create_training(
@@ -79,6 +91,62 @@ def create_training(
     return training
 
 
+@contextlib.contextmanager
+def submission(
+    session: Session,
+    platform: Platform,
+    tenant: TenantRef,
+    manifest_text: str | bytes,
+    archive: BinaryIO,
+) -> Iterator[Training]:
+    """Accept a training: the whole submission flow, around the caller's commit.
+
+        with trainings.submission(session, platform, tenant, text, upload) as training:
+            session.commit()
+
+    Validates the manifest (the catalog, the tenant's plan, the data-store endpoints;
+    ValidationFailed or BadRequest), spools the code archive into the platform's upload
+    directory and inspects it (ValidationFailed naming `model_definition` if it is unsafe),
+    stores it and inserts the training QUEUED (`create_training`; ServiceUnavailable if
+    the object store is unavailable), then yields the training, flushed, not committed.
+
+    Services never commit, and this one does not either; but a submission is not
+    complete until the commit is, and a refused one must leave nothing behind, so the
+    caller commits inside the block: if the block raises (the commit failed), the stored
+    archive is removed again and the error goes on. Once the block is through, the spooled
+    upload is gone and the monitor is woken to admit the training.
+    """
+    parsed = load_manifest(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    if refused := check_references(parsed, platform.endpoint_policy):
+        raise ValidationFailed(refused)
+    with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
+        spooled = Path(tmp) / "model_definition"
+        with spooled.open("wb") as out:
+            shutil.copyfileobj(archive, out, 1024 * 1024)
+        try:
+            summary = inspect_archive(spooled, platform.archive_limits)
+        except UnsafeArchiveError as e:
+            raise ValidationFailed([FieldError("model_definition", str(e))]) from e
+        try:
+            training = create_training(
+                session,
+                platform.store,
+                tenant,
+                parsed,
+                spooled,
+                summary.format,
+                secrets=platform.secrets,
+            )
+        except StoreUnavailable as e:
+            raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e
+        try:
+            yield training
+        except BaseException:
+            platform.store.delete_prefix(keys.training_prefix(training.id))
+            raise
+    platform.monitor_wakeup.set()
+
+
 def record_transition(
     training: Training,
     new: TrainingState,
@@ -97,6 +165,23 @@ def record_transition(
     if new.terminal:
         training.completed_at = now
     training.events.append(StatusEvent(status=new, message=message, at=now))
+
+
+def record_learner_states(training: Training, observations: Iterable[LearnerObservation]) -> None:
+    """Record what the backend observed of each learner: its phase, exit code and
+    message. Observations of learners the training does not have are ignored; a learner
+    whose state did not change is left untouched (no write)."""
+    rows = {lr.learner_id: lr for lr in training.learners}
+    for obs in observations:
+        row = rows.get(obs.learner_id)
+        if row is None:
+            continue
+        if (row.status, row.exit_code, row.status_message) != (
+            obs.phase,
+            obs.exit_code,
+            obs.message,
+        ):
+            row.status, row.exit_code, row.status_message = obs.phase, obs.exit_code, obs.message
 
 
 def request_stop(training: Training) -> bool:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from service.db import repository
 from service.db.models import Training
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
@@ -77,7 +78,7 @@ def user_buckets(
 
 def launch(platform: Platform, backend: Backend, training_id: str) -> None:
     with platform.sessions() as session:
-        training = session.get(Training, training_id)
+        training = repository.training_by_id(session, training_id)
         if training is None or training.status != TrainingState.PENDING:
             return
         if training.stop_requested_at is not None:
@@ -105,7 +106,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
         log.exception("starting the learners of %s failed", training_id)
         backend.cleanup(training_id)
         with platform.sessions() as session:
-            training = session.get(Training, training_id)
+            training = repository.training_by_id(session, training_id)
             if training is not None and not TrainingState(training.status).terminal:
                 record_transition(
                     training, TrainingState.FAILED, f"the learners could not be started: {e}"
@@ -114,7 +115,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
         return
     # The training may have been stopped while its learners were starting.
     with platform.sessions() as session:
-        training = session.get(Training, training_id)
+        training = repository.training_by_id(session, training_id)
         gone = training is None or TrainingState(training.status).terminal
     if gone:
         backend.cleanup(training_id)
@@ -129,7 +130,7 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
     object store if its wrapper could not, and release the training's resources."""
     backend.cleanup(training_id)
     with platform.sessions() as session:
-        training = session.get(Training, training_id)
+        training = repository.training_by_id(session, training_id)
         if training is None:
             return
         learners = [lr.learner_id for lr in training.learners]

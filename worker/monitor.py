@@ -27,28 +27,25 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, select, text
-from sqlalchemy.orm import Session, lazyload
+from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
 
-from service.db.models import Tenant, Training, utcnow
+from service.db import repository
+from service.db.models import Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
 from service.domain.lifecycle import Action, decide, passed_through
-from service.domain.states import TrainingState
+from service.domain.states import ACTIVE_STATES, TrainingState
 from service.platform import Platform
 from service.settings import Settings
-from service.trainings import delete_training, record_transition
+from service.trainings import delete_training, record_learner_states, record_transition
 from worker.backends import make_backend
-from worker.backends.base import Backend, Observation
+from worker.backends.base import Backend
 
 log = logging.getLogger("dlaas.monitor")
 
-ACTIVE = (
-    TrainingState.PENDING,
-    TrainingState.DOWNLOADING,
-    TrainingState.RUNNING,
-    TrainingState.STORING,
-)
+# The states live in the domain; the name stays importable from here (service.embedded).
+ACTIVE = ACTIVE_STATES
 # A launch not visible in the backend after this long is sent again (a lost message).
 LAUNCH_RETRY = timedelta(seconds=15)
 # Stop requests are re-sent this often until the learners are gone.
@@ -72,14 +69,7 @@ class Monitor:
         now = now or utcnow()
         outbox: list[tuple[str, str]] = []
         with self.platform.sessions() as session:
-            active = session.scalars(
-                select(Training)
-                .where(Training.status.in_(ACTIVE))
-                .order_by(Training.created_at)
-                # The history is only appended to, on a transition: loaded then, if ever.
-                .options(lazyload(Training.events))
-            ).all()
-            for training in active:
+            for training in repository.active_trainings(session):
                 self._reconcile(session, training, now, outbox)
             session.commit()
             self._admit(session, outbox)
@@ -101,7 +91,7 @@ class Monitor:
             elif state == TrainingState.PENDING and now - training.updated_at > LAUNCH_RETRY:
                 outbox.append((LAUNCH, training.id))  # the launch was lost: send it again
             return
-        self._record_learners(training, observation)
+        record_learner_states(training, observation.learners)
         manifest_runtime = training.manifest.get("max_runtime")
         decision = decide(
             state,
@@ -131,41 +121,15 @@ class Monitor:
         for action in decision.actions:
             outbox.append((FINALIZE if action == Action.FINALIZE else STOP, training.id))
 
-    @staticmethod
-    def _record_learners(training: Training, observation: Observation) -> None:
-        rows = {lr.learner_id: lr for lr in training.learners}
-        for obs in observation.learners:
-            row = rows.get(obs.learner_id)
-            if row is None:
-                continue
-            if (row.status, row.exit_code, row.status_message) != (
-                obs.phase,
-                obs.exit_code,
-                obs.message,
-            ):
-                row.status, row.exit_code, row.status_message = (
-                    obs.phase,
-                    obs.exit_code,
-                    obs.message,
-                )
-
     def _admit(self, session: Session, outbox: list[tuple[str, str]]) -> None:
-        queued = session.scalars(
-            select(Training)
-            .where(Training.status == TrainingState.QUEUED)
-            .order_by(Training.created_at, Training.id)
-        ).all()
+        queued = repository.queued_trainings(session)
         if not queued:
             return
-        active = session.scalars(select(Training).where(Training.status.in_(ACTIVE))).all()
+        active = repository.active_trainings(session)
         per_tenant: dict[str, int] = {}
         for t in active:
             per_tenant[t.tenant_id] = per_tenant.get(t.tenant_id, 0) + 1
-        tenant_ids = {t.tenant_id for t in queued}
-        plans = {
-            tenant.id: tenant.plan
-            for tenant in session.scalars(select(Tenant).where(Tenant.id.in_(tenant_ids)))
-        }
+        plans = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
         catalog = self.platform.catalog.plans
         concurrency = {
             tid: catalog[plan].max_concurrent_trainings if plan in catalog else 0
@@ -195,12 +159,7 @@ class Monitor:
                 )
 
     def _delete_requested(self, session: Session) -> None:
-        done = (TrainingState.COMPLETED, TrainingState.FAILED, TrainingState.HALTED)
-        for training in session.scalars(
-            select(Training).where(
-                Training.delete_requested_at.is_not(None), Training.status.in_(done)
-            )
-        ).all():
+        for training in repository.trainings_to_delete(session):
             delete_training(session, self.platform.store, self.platform.logs, training)
 
     def _send(self, task: str, training_id: str) -> None:

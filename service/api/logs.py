@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import CurrentTenant, SessionDep, owned_training
-from service.db.models import Training
+from service.db import repository
 from service.domain.states import TrainingState
 from service.errors import BadRequest, FieldError
 from service.http.app import PlatformDep
@@ -41,7 +41,7 @@ def _parse_since(since: str | None) -> float | None:
 
 def _ended(platform: Platform, training_id: str) -> bool:
     with platform.sessions() as session:
-        training = session.get(Training, training_id)
+        training = repository.training_by_id(session, training_id)
         return training is None or TrainingState(training.status).terminal
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
@@ -14,15 +11,12 @@ from service import trainings as service
 from service.api.deps import CurrentTenant, LoopReads, SessionDep, current_tenant, owned_training
 from service.api.schemas import TrainingList, TrainingOut
 from service.db import repository
-from service.domain.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest_text
+from service.domain.manifest import MAX_MANIFEST_BYTES
 from service.domain.states import TrainingState
-from service.errors import BadRequest, FieldError, NotFound, ServiceUnavailable, ValidationFailed
+from service.errors import BadRequest, FieldError, NotFound, ServiceUnavailable
 from service.http.app import PlatformDep
 from service.platform import Platform
-from service.storage import keys
-from service.storage.archives import UnsafeArchiveError, inspect_archive
 from service.storage.base import StoreUnavailable
-from service.storage.endpoints import check_references
 
 router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
 
@@ -50,39 +44,11 @@ def create_training(
 ) -> TrainingOut:
     """Validate the manifest against the catalog and the tenant's plan, check the code
     archive, store it, and queue the training."""
-    parsed = load_manifest(
-        parse_manifest_text(manifest.file.read(MAX_MANIFEST_BYTES + 1)),
-        platform.catalog,
-        tenant.plan,
-    )
-    if refused := check_references(parsed, platform.endpoint_policy):
-        raise ValidationFailed(refused)
-    with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
-        archive = Path(tmp) / "model_definition"
-        with archive.open("wb") as out:
-            shutil.copyfileobj(model_definition.file, out, 1024 * 1024)
-        try:
-            summary = inspect_archive(archive, platform.archive_limits)
-        except UnsafeArchiveError as e:
-            raise ValidationFailed([FieldError("model_definition", str(e))]) from e
-        try:
-            training = service.create_training(
-                session,
-                platform.store,
-                tenant,
-                parsed,
-                archive,
-                summary.format,
-                secrets=platform.secrets,
-            )
-        except StoreUnavailable as e:
-            raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e
-        try:
-            session.commit()
-        except BaseException:
-            platform.store.delete_prefix(keys.training_prefix(training.id))
-            raise
-    platform.monitor_wakeup.set()
+    manifest_text = manifest.file.read(MAX_MANIFEST_BYTES + 1)  # more is refused: too large
+    with service.submission(
+        session, platform, tenant, manifest_text, model_definition.file
+    ) as training:
+        session.commit()
     response.headers["Location"] = f"/v1/trainings/{training.id}"
     return TrainingOut.of(training)
 

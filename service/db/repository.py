@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, and_, bindparam, or_, select, text, update
+from sqlalchemy.orm import Session, lazyload
 
 from service.db.models import ApiKey, Deployment, Learner, StatusEvent, Tenant, Training, utcnow
 from service.domain.deployments import DeploymentState
+from service.domain.states import ACTIVE_STATES, TrainingState
+
+
+def ping(conn: Connection) -> None:
+    """A round trip to the database (readiness); raises SQLAlchemyError if it fails."""
+    conn.execute(text("SELECT 1"))
 
 
 def tenant_for_key_hash(session: Session, key_hash: str) -> Tenant | None:
@@ -33,9 +39,60 @@ def list_tenants(session: Session) -> Sequence[Tenant]:
     return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
 
 
+def plans_of_tenants(session: Session, tenant_ids: Collection[str]) -> dict[str, str]:
+    """Each tenant's plan name, by tenant id (tenants that do not exist are left out)."""
+    stmt = select(Tenant.id, Tenant.plan).where(Tenant.id.in_(tenant_ids))
+    return {tenant_id: plan for tenant_id, plan in session.execute(stmt)}
+
+
 def get_training(session: Session, tenant_id: str, training_id: str) -> Training | None:
     stmt = select(Training).where(Training.id == training_id, Training.tenant_id == tenant_id)
     return session.scalars(stmt).first()
+
+
+def training_by_id(session: Session, training_id: str) -> Training | None:
+    """Any tenant's training (the worker's and the monitor's view; the API asks with
+    `get_training`, which checks the owner)."""
+    return session.get(Training, training_id)
+
+
+def active_trainings(session: Session) -> Sequence[Training]:
+    """The trainings in an active state (ACTIVE_STATES), oldest first, with their
+    learners. Their status history is not loaded: it is only appended to, on a
+    transition, and loaded then if ever."""
+    stmt = (
+        select(Training)
+        .where(Training.status.in_(ACTIVE_STATES))
+        .order_by(Training.created_at)
+        .options(lazyload(Training.events))
+    )
+    return session.scalars(stmt).all()
+
+
+def active_training_ids(session: Session) -> Sequence[str]:
+    """The ids of the trainings in an active state (ACTIVE_STATES)."""
+    return session.scalars(select(Training.id).where(Training.status.in_(ACTIVE_STATES))).all()
+
+
+def queued_trainings(session: Session) -> Sequence[Training]:
+    """The QUEUED trainings in the order they were submitted (the admission order)."""
+    stmt = (
+        select(Training)
+        .where(Training.status == TrainingState.QUEUED)
+        .order_by(Training.created_at, Training.id)
+    )
+    return session.scalars(stmt).all()
+
+
+_ENDED = (TrainingState.COMPLETED, TrainingState.FAILED, TrainingState.HALTED)
+
+
+def trainings_to_delete(session: Session) -> Sequence[Training]:
+    """Ended trainings whose deletion was requested while their learners ran."""
+    stmt = select(Training).where(
+        Training.delete_requested_at.is_not(None), Training.status.in_(_ENDED)
+    )
+    return session.scalars(stmt).all()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,15 @@ class TrainingState(StrEnum):
 
 TERMINAL_STATES = frozenset({TrainingState.COMPLETED, TrainingState.FAILED, TrainingState.HALTED})
 
+# The states in which a training holds (or is about to hold) learners: what the monitor
+# observes and what counts against capacity.
+ACTIVE_STATES = (
+    TrainingState.PENDING,
+    TrainingState.DOWNLOADING,
+    TrainingState.RUNNING,
+    TrainingState.STORING,
+)
+
 PROGRESSION = (
     TrainingState.QUEUED,
     TrainingState.PENDING,

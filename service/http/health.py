@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.db import repository
 from service.errors import DlaasError
 from service.http.app import PlatformDep
 
@@ -27,7 +27,7 @@ def healthz() -> dict[str, str]:
 def readyz(platform: PlatformDep) -> dict[str, str]:
     try:
         with platform.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            repository.ping(conn)
     except SQLAlchemyError as e:
         raise NotReady(f"the database is not reachable: {type(e).__name__}") from e
     return {"status": "ready", "database": "ok"}
