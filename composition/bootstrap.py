@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlaas.config import ClientConfig, config_path, load_config, write_config
+from service import tenants
+from service.auth import hash_api_key
+from service.db import repository
 from service.platform import Platform
 
 LOCAL_TENANT = "local"
@@ -30,10 +33,6 @@ def ensure_local_tenant(platform: Platform, url: str) -> tuple[Path, str]:
     none that this platform accepts (keys are stored hashed and cannot be read back).
     Returns the configuration's path and the tenant's name.
     """
-    from service.auth import hash_api_key, new_api_key, new_id
-    from service.db import repository
-    from service.db.models import ApiKey, Tenant
-
     path = config_path(platform.settings.home_dir)
     existing = load_config(path)
     with platform.sessions() as session:
@@ -47,13 +46,9 @@ def ensure_local_tenant(platform: Platform, url: str) -> tuple[Path, str]:
         if tenant is None:
             plans = platform.catalog.plans
             plan = LOCAL_PLAN if LOCAL_PLAN in plans else next(iter(plans))
-            tenant = Tenant(id=new_id(), name=LOCAL_TENANT, plan=plan)
-            session.add(tenant)
-            session.flush()
-        key = new_api_key()
-        session.add(
-            ApiKey(id=new_id(), tenant_id=tenant.id, key_hash=hash_api_key(key), prefix=key[:12])
-        )
+            tenant, key = tenants.create_tenant(session, platform.catalog, LOCAL_TENANT, plan)
+        else:
+            key = tenants.issue_key(session, tenant)
         session.commit()
         name = tenant.name
     write_config(ClientConfig(url, key, name), path)

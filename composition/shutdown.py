@@ -6,7 +6,12 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from service.db import repository
+from service.domain.states import TrainingState
 from service.platform import Platform
+from service.trainings import record_learner_states, record_transition
+from worker import execution
+from worker.backends import make_backend
 
 log = logging.getLogger("dlaas.up")
 
@@ -20,18 +25,9 @@ def interrupt_active_trainings(platform: Platform) -> list[str]:
     """Stop the learners of every training that has some and record it HALTED (see the
     module's docstring); returns the ids of the trainings interrupted. Call it only when no
     monitor and no worker run."""
-    from sqlalchemy import select
-
-    from service.db.models import Training
-    from service.domain.states import TrainingState
-    from service.trainings import record_transition
-    from worker import execution
-    from worker.backends import make_backend
-    from worker.monitor import ACTIVE
-
     backend = make_backend(platform.settings)
     with platform.sessions() as session:
-        active = session.scalars(select(Training.id).where(Training.status.in_(ACTIVE))).all()
+        active = repository.active_training_ids(session)
     started = [tid for tid in active if backend.observe(tid) is not None]
     if not started:
         return []
@@ -40,18 +36,11 @@ def interrupt_active_trainings(platform: Platform) -> list[str]:
     for training_id in started:
         observation = backend.observe(training_id)
         with platform.sessions() as session:
-            training = session.get(Training, training_id)
+            training = repository.training_by_id(session, training_id)
             if training is None or TrainingState(training.status).terminal:
                 continue
             if observation is not None:
-                rows = {lr.learner_id: lr for lr in training.learners}
-                for obs in observation.learners:
-                    if (row := rows.get(obs.learner_id)) is not None:
-                        row.status, row.exit_code, row.status_message = (
-                            obs.phase,
-                            obs.exit_code,
-                            obs.message,
-                        )
+                record_learner_states(training, observation.learners)
             message = (
                 "stopped by the user"
                 if training.stop_requested_at is not None

@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
 from service.db import repository
@@ -35,7 +34,7 @@ from service.db.models import Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
 from service.domain.lifecycle import Action, decide, passed_through
-from service.domain.states import ACTIVE_STATES, TrainingState
+from service.domain.states import TrainingState
 from service.platform import Platform
 from service.settings import Settings
 from service.trainings import delete_training, record_learner_states, record_transition
@@ -44,8 +43,6 @@ from worker.backends.base import Backend
 
 log = logging.getLogger("dlaas.monitor")
 
-# The states live in the domain; the name stays importable from here (service.embedded).
-ACTIVE = ACTIVE_STATES
 # A launch not visible in the backend after this long is sent again (a lost message).
 LAUNCH_RETRY = timedelta(seconds=15)
 # Stop requests are re-sent this often until the learners are gone.
@@ -202,7 +199,7 @@ class Monitor:
         engine = self.platform.engine
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn:
-                while not stop.is_set() and not _try_pg_lock(conn):
+                while not stop.is_set() and not repository.try_advisory_lock(conn, _LOCK_ID):
                     stop.wait(1.0)
                 yield
             return
@@ -215,12 +212,6 @@ class Monitor:
                 except BlockingIOError:
                     stop.wait(1.0)
             yield
-
-
-def _try_pg_lock(conn: Connection) -> bool:
-    got = conn.execute(text("SELECT pg_try_advisory_lock(:id)"), {"id": _LOCK_ID}).scalar()
-    conn.commit()
-    return bool(got)
 
 
 def main() -> None:

@@ -56,6 +56,20 @@ def training_by_id(session: Session, training_id: str) -> Training | None:
     return session.get(Training, training_id)
 
 
+def deployment_by_id(session: Session, deployment_id: str) -> Deployment | None:
+    """Any tenant's deployment (the scoring service's view; the API asks with
+    `get_deployment`, which checks the owner)."""
+    return session.get(Deployment, deployment_id)
+
+
+def try_advisory_lock(conn: Connection, lock_id: int) -> bool:
+    """Take PostgreSQL's session-level advisory lock `lock_id` if no other session holds
+    it; held until the connection closes."""
+    got = conn.execute(text("SELECT pg_try_advisory_lock(:id)"), {"id": lock_id}).scalar()
+    conn.commit()
+    return bool(got)
+
+
 def active_trainings(session: Session) -> Sequence[Training]:
     """The trainings in an active state (ACTIVE_STATES), oldest first, with their
     learners. Their status history is not loaded: it is only appended to, on a

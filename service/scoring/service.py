@@ -23,7 +23,6 @@ from typing import Any
 
 from service.auth import TenantRef
 from service.db import repository
-from service.db.models import Deployment
 from service.domain.deployments import (
     DEPLOYMENT_RULE,
     SERVING_SIGNATURE,
@@ -170,7 +169,7 @@ class ScoringService:
 
     def deploy(self, deployment_id: str) -> None:
         with self.platform.sessions() as session:
-            deployment = session.get(Deployment, deployment_id)
+            deployment = repository.deployment_by_id(session, deployment_id)
             if deployment is None or deployment.status != DeploymentState.DEPLOYING:
                 return
             training_id, model_key = deployment.training_id, deployment.model_key
@@ -195,7 +194,7 @@ class ScoringService:
                 session, deployment_id, status=status, message=message, signatures=signatures
             )
             session.commit()
-            gone = not recorded and session.get(Deployment, deployment_id) is None
+            gone = not recorded and repository.deployment_by_id(session, deployment_id) is None
         if gone:  # deleted while it was loading: leave nothing behind
             self.cache.forget(deployment_id)
             self.platform.store.delete_prefix(keys.deployment_prefix(deployment_id))

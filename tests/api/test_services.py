@@ -144,9 +144,6 @@ def test_the_active_states_are_the_ones_that_hold_learners() -> None:
         TrainingState.RUNNING,
         TrainingState.STORING,
     )
-    from worker.monitor import ACTIVE
-
-    assert ACTIVE == ACTIVE_STATES
 
 
 # -- trainings ---------------------------------------------------------------------------
