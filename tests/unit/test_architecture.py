@@ -4,6 +4,7 @@ the contract's list."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -106,3 +107,84 @@ def test_every_service_module_has_a_layer() -> None:
         if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
     }
     assert modules - layered == set(), "give each service module a layer in pyproject.toml"
+
+
+def _sources(*packages: str) -> list[tuple[Path, ast.Module]]:
+    return [
+        (path, ast.parse(path.read_text(), str(path)))
+        for package in packages
+        for path in sorted((ROOT / package).rglob("*.py"))
+    ]
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """ids of the docstring nodes of the module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+_STATEMENT_BUILDERS = {"select", "update", "delete", "insert", "text", "func"}
+_QUERY_METHODS = {"execute", "scalars", "scalar"}
+_DATABASE_HANDLES = {"session", "conn"}
+
+
+def test_every_query_is_in_the_repository() -> None:
+    offenders = []
+    for path, tree in _sources("service", "worker", "composition", "dlaas"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("service/db/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+                built = {a.name for a in node.names} & _STATEMENT_BUILDERS
+                if built:
+                    offenders.append(f"{rel}:{node.lineno} imports {sorted(built)}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and (
+                    node.func.attr in _QUERY_METHODS | {"get"}
+                    and ast.unparse(node.func.value) in _DATABASE_HANDLES
+                )
+            ):
+                offenders.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(...)")
+    assert offenders == [], "queries belong in service/db/repository.py"
+
+
+# What object-store keys look like (f-strings with {} for their fields): the platform's
+# trainings/ and deployments/ trees, results/, a learner's folder in them and its log file,
+# and the user bucket's training-<id>/. The local backend's own directories
+# (learner-<i>, learner-<i>.jsonl) and the API's paths (/v1/trainings/...) are not keys.
+_KEY_PARTS = re.compile(
+    r"(^|/)(trainings|deployments|results)/|learner-\{\}/|training-log|^training-\{\}"
+)
+
+
+def _text(node: ast.AST) -> str | None:
+    """A string literal's text; an f-string's with {} for each field."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def test_object_keys_are_built_in_one_module() -> None:
+    offenders = []
+    for path, tree in _sources("service", "worker", "composition"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "service/storage/keys.py":
+            continue
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            text = _text(node)
+            if text is None or text.startswith("/") or id(node) in docstrings:
+                continue  # not a string, an HTTP path, or prose
+            if _KEY_PARTS.search(text):
+                offenders.append(f"{rel}:{getattr(node, 'lineno', '?')} {text!r}")
+    assert offenders == [], "object-store keys are built by service/storage/keys.py"
