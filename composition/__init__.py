@@ -8,11 +8,8 @@ what runs when it stops).
 What runs where:
 - this process: the API (uvicorn, in a thread), the monitor (a thread), and in the main
   thread a supervisor that handles signals and owns the worker;
-- one Celery worker, `python -m worker`, as a child process. Celery wants a process of its
-  own (its main thread, its signal handlers, its pool), so `dlaas up` supervises it instead:
-  started with the platform, restarted (with a back-off) if it dies, stopped on Ctrl-C, and
-  killed by the kernel if `dlaas up` itself is killed (PR_SET_PDEATHSIG). Its output goes to
-  `$DLAAS_HOME/worker.log`.
+- one Celery worker, `python -m worker`, as a child process (composition.supervisor says
+  why and how it is supervised).
 All of them read the same DLAAS_* settings, so the embedded platform takes the code paths of a
 cluster: SQLite, the broker directory and the object-store directory under DLAAS_HOME by
 default, or whatever DLAAS_DATABASE_URL, DLAAS_BROKER_URL and DLAAS_S3_* name.

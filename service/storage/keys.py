@@ -47,13 +47,13 @@ def saved_model_key(training_id: str) -> str:
 
 
 def learner_log_key(results: str, learner_id: int) -> str:
-    """Learner i's output below a results prefix (the platform's or a user's bucket's)."""
-    return f"{_directory(results)}learner-{learner_id}/{LEARNER_LOG_NAME}"
+    """Learner i's output below a results prefix ending in `/` (or empty)."""
+    return f"{results}learner-{learner_id}/{LEARNER_LOG_NAME}"
 
 
 def learner_logs_prefix(results: str, learner_id: int) -> str:
-    """Learner i's LOG_DIR below a results prefix."""
-    return f"{_directory(results)}learner-{learner_id}/logs/"
+    """Learner i's LOG_DIR below a results prefix ending in `/` (or empty)."""
+    return f"{results}learner-{learner_id}/logs/"
 
 
 def training_folder(training_id: str) -> str:
@@ -74,7 +74,3 @@ def deployment_prefix(deployment_id: str) -> str:
 
 def deployment_model_prefix(deployment_id: str) -> str:
     return f"{deployment_prefix(deployment_id)}{SAVED_MODEL_DIR}/"
-
-
-def _directory(prefix: str) -> str:
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"

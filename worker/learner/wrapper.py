@@ -85,9 +85,10 @@ def open_bucket(config: StoreConfig) -> S3ObjectStore:
     """A user's S3 bucket; PlatformError if the config is unusable."""
     from service.storage.s3 import S3ObjectStore  # a learner with local stores needs no minio
 
+    if config.kind != "s3":
+        raise PlatformError("the learner spec names a user's bucket that is not an S3 store")
     store = open_store(config)
-    if not isinstance(store, S3ObjectStore):
-        raise PlatformError("a user's bucket must be an S3 store")
+    assert isinstance(store, S3ObjectStore)  # open_store opens an s3 config as S3
     return store
 
 
@@ -618,7 +619,7 @@ class _Learner:
         return proc.wait(), halted
 
     def log_key(self) -> str:
-        return keys.learner_log_key(self.spec.results_prefix, self.spec.learner_id)
+        return keys.learner_log_key(self.results_prefix(), self.spec.learner_id)
 
     def results_prefix(self) -> str:
         prefix = self.spec.results_prefix
@@ -628,7 +629,7 @@ class _Learner:
         spec = self.spec
         if self.log_path.is_file():
             yield self.log_key(), self.log_path
-        learner_prefix = keys.learner_logs_prefix(spec.results_prefix, spec.learner_id)
+        learner_prefix = keys.learner_logs_prefix(self.results_prefix(), spec.learner_id)
         yield from _tree_files(Path(spec.log_dir), learner_prefix)
         if spec.upload_results:
             yield from _tree_files(Path(spec.result_dir), self.results_prefix())
