@@ -10,8 +10,8 @@ from service import tenants
 from service.auth import hash_api_key
 from service.db import repository
 from service.platform import Platform
+from service.tenants import LOCAL_TENANT
 
-LOCAL_TENANT = "local"
 LOCAL_PLAN = "standard"
 
 

@@ -22,6 +22,7 @@ from composition.shutdown import interrupt_active_trainings
 from composition.supervisor import WorkerSupervisor
 from service.platform import Platform
 from service.settings import Settings
+from service.tenants import LOCAL_TENANT
 
 log = logging.getLogger("dlaas.up")
 
@@ -102,8 +103,9 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     worker = WorkerSupervisor(settings.home_dir / "worker.log", echo)
     monitor_stop = threading.Event()
+    backend = make_backend(settings)
     monitor = threading.Thread(
-        target=Monitor(platform, make_backend(settings)).run,
+        target=Monitor(platform, backend).run,
         args=(monitor_stop,),
         name="dlaas-monitor",
         daemon=True,
@@ -141,6 +143,13 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             echo(f"  admin API key: {admin}")
             echo(f"  client config: {config_file}  (tenant '{tenant}'; used by dlaas and Client())")
             echo(f"  worker log:    {worker.log_path}")
+            if (why := backend.unsandboxed_reason()) is not None:
+                who = (
+                    "every tenant's (DLAAS_ALLOW_UNSANDBOXED=true)"
+                    if settings.allow_unsandboxed
+                    else f"the '{LOCAL_TENANT}' tenant's only; other tenants' are refused"
+                )
+                echo(f"  WARNING: learners run without a sandbox here ({why}): {who}")
             echo("Press Ctrl-C to stop: running trainings are halted, everything else is kept.")
         while failure is None and not stopping.wait(0.5):
             worker.check()

@@ -64,6 +64,16 @@ class Settings(BaseSettings):
         default=None,
         description="Give each local learner its own network namespace; unset: when available.",
     )
+    local_sandbox: bool | None = Field(
+        default=None,
+        description="Run local learners' commands in a bubblewrap sandbox; unset: when bwrap "
+        "works here.",
+    )
+    allow_unsandboxed: bool = Field(
+        default=False,
+        description="Run tenants' code without a sandbox where none can be made (a one-user "
+        "machine). Without it, only the `local` tenant's trainings start unsandboxed.",
+    )
     monitor_interval: float = Field(
         default=0.25,
         gt=0,

@@ -15,6 +15,9 @@ from service.db.models import ApiKey, Tenant
 from service.domain.catalog import Catalog
 from service.errors import Conflict, FieldError, ValidationFailed
 
+# The tenant `dlaas up` creates for the machine's own user: the one whose trainings may
+# run unsandboxed where no sandbox can be made.
+LOCAL_TENANT = "local"
 # How many of a key's first characters are stored in clear (ApiKey.prefix).
 KEY_PREFIX_CHARS = 12
 

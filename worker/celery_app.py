@@ -9,6 +9,7 @@ module reads no settings. Run a worker with `celery -A worker.celery_app worker 
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
@@ -22,6 +23,8 @@ from worker import execution
 from worker.backends import make_backend
 from worker.backends.base import Backend
 
+log = logging.getLogger("dlaas.worker")
+
 
 def create_celery_app(settings: Settings | None = None) -> Celery:
     """A Celery app for `settings` (default: from the environment) with the DLaaS tasks,
@@ -31,7 +34,11 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
 
     @cache
     def runtime() -> tuple[Platform, Backend]:
-        return Platform.from_settings(resolved), make_backend(resolved)
+        backend = make_backend(resolved)
+        if (why := backend.unsandboxed_reason()) is not None:
+            allowed = "every tenant's" if resolved.allow_unsandboxed else "the local tenant's only"
+            log.warning("learners run without a sandbox here (%s): %s", why, allowed)
+        return Platform.from_settings(resolved), backend
 
     def warm_up(sender: Any = None, **_: Any) -> None:
         # Build the platform and probe the backend (namespaces) before the first launch.

@@ -22,6 +22,7 @@ from service.platform import Platform
 from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.storage import keys
 from service.storage.config import BucketLocation, StoreConfig
+from service.tenants import LOCAL_TENANT
 from service.trainings import record_transition
 from worker.backends.base import Backend, StartRequest
 from worker.launchers.plan import TrainingSpec
@@ -46,6 +47,8 @@ def training_spec(training: Training, platform: Platform) -> TrainingSpec:
         ),
         gpus_per_node=compute.gpus if compute else 0,
         distribution=distribution,
+        cpus=compute.cpus if compute else 0,
+        memory_gib=compute.memory_gib if compute else 0,
     )
 
 
@@ -76,12 +79,34 @@ def user_buckets(
     )
 
 
+def unsandboxed_refusal(platform: Platform, backend: Backend, training: Training) -> str | None:
+    """Why the training may not start, if its learners would run without a sandbox: only
+    the local tenant's may, unless the operator allows it (DLAAS_ALLOW_UNSANDBOXED)."""
+    why = backend.unsandboxed_reason()
+    if why is None or platform.settings.allow_unsandboxed:
+        return None
+    with platform.sessions() as session:
+        tenant = repository.tenant_name_of(session, training.tenant_id)
+    if tenant == LOCAL_TENANT:
+        return None
+    return (
+        f"the learners could not be started: no sandbox can be made on this platform ({why}), "
+        "and only the local tenant's trainings run without one; an operator of a one-user "
+        "machine can set DLAAS_ALLOW_UNSANDBOXED=true"
+    )
+
+
 def launch(platform: Platform, backend: Backend, training_id: str) -> None:
     with platform.sessions() as session:
         training = repository.training_by_id(session, training_id)
         if training is None or training.status != TrainingState.PENDING:
             return
         if training.stop_requested_at is not None:
+            return
+        refusal = unsandboxed_refusal(platform, backend, training)
+        if refusal is not None:
+            record_transition(training, TrainingState.FAILED, refusal)
+            session.commit()
             return
         try:
             training_data, results_target = user_buckets(training, platform.secrets)

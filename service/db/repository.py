@@ -35,6 +35,10 @@ def tenant_by_name(session: Session, name: str) -> Tenant | None:
     return session.scalars(select(Tenant).where(Tenant.name == name)).first()
 
 
+def tenant_name_of(session: Session, tenant_id: str) -> str | None:
+    return session.scalars(select(Tenant.name).where(Tenant.id == tenant_id)).first()
+
+
 def list_tenants(session: Session) -> Sequence[Tenant]:
     return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
 

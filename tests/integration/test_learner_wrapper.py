@@ -25,6 +25,7 @@ from service.logs.config import LogSinkConfig
 from service.logs.files import FileLogStore
 from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
+from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
 
 pytestmark = pytest.mark.integration
@@ -156,21 +157,32 @@ class Learner:
             "result_dir": dirs["result"],
             "log_dir": dirs["logs"],
             "checkpoint_dir": dirs["checkpoint"],
-            "status_file": str(base / "wrapper" / "status.json"),
             "model_definition_key": ARCHIVE_KEY,
             "store": StoreConfig(kind="local", root=str(tmp_path / "store")),
             "log_sink": LogSinkConfig(kind="file", dir=str(tmp_path / "logs")),
             "results_prefix": PREFIX,
             "stop_grace_seconds": GRACE,
         }
+        host_fields = {
+            name: overrides.pop(name)
+            for name in ("ready_file", "wait_for", "wait_timeout", "run_prefix", "limits")
+            if name in overrides
+        }
         fields.update(overrides)
         self.spec = LearnerSpec(**fields)
         self.spec_path = tmp_path / "spec.json"
         self.spec.write(self.spec_path)
+        self.host = LocalHost(
+            private_dir=str(base / "wrapper"),
+            status_file=str(base / "wrapper" / "status.json"),
+            **host_fields,
+        )
+        self.host_path = tmp_path / "host.json"
+        self.host.write(self.host_path)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "worker.learner", str(self.spec_path)]
+        argv = [sys.executable, "-m", "worker.learner", str(self.spec_path), str(self.host_path)]
         self.proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE)
         return self.proc
 
@@ -182,7 +194,7 @@ class Learner:
 
     @property
     def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(Path(self.spec.status_file).read_text())
+        data: dict[str, Any] = json.loads(Path(self.host.status_file).read_text())
         return data
 
     def keys(self) -> set[str]:
@@ -327,7 +339,9 @@ def test_sigterm_halts_the_whole_process_group(tmp_path: Path, mode: str) -> Non
 
 def test_sigterm_before_the_command_starts_halts_at_once(tmp_path: Path) -> None:
     never = str(tmp_path / "never-ready")
-    learner = Learner(tmp_path, ["train.py"], wait_for=[never], wait_timeout=60)
+    learner = Learner(
+        tmp_path, ["train.py"], wait_for=[never], wait_timeout=60, waits_for_peers=True
+    )
     proc = learner.start()
     try:
         wait_until(lambda: Path(learner.spec.model_dir, "train.py").exists())
@@ -380,6 +394,7 @@ def test_wait_for_times_out_naming_the_missing_learners(tmp_path: Path) -> None:
         ready_file=str(ready / "learner-1"),
         wait_for=[str(ready / "learner-1"), str(ready / "learner-2")],
         wait_timeout=0.3,
+        waits_for_peers=True,
     )
     assert learner.run() == 2
     status = learner.status
@@ -392,7 +407,9 @@ def test_wait_for_times_out_naming_the_missing_learners(tmp_path: Path) -> None:
 
 def test_wait_for_proceeds_once_every_learner_is_ready(tmp_path: Path) -> None:
     other = tmp_path / "rendezvous" / "learner-2"
-    learner = Learner(tmp_path, ["train.py"], wait_for=[str(other)], wait_timeout=20)
+    learner = Learner(
+        tmp_path, ["train.py"], wait_for=[str(other)], wait_timeout=20, waits_for_peers=True
+    )
     proc = learner.start()
     wait_until(lambda: Path(learner.spec.model_dir, "train.py").exists())
     time.sleep(0.2)

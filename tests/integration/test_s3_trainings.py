@@ -28,8 +28,10 @@ from tests.conftest import submit, zip_of
 from tests.integration.platform_harness import LivePlatform, live_platform
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
 from worker.backends.base import Observation
+from worker.learner.host import FileRendezvous
+from worker.learner.phases import Learner
 from worker.learner.spec import LearnerSpec
-from worker.learner.wrapper import _Learner
+from worker.learner.status import FileStatusReporter
 from worker.monitor import Monitor
 
 pytestmark = pytest.mark.integration
@@ -243,7 +245,6 @@ def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Pat
         result_dir=str(tmp_path / "results"),
         log_dir=str(tmp_path / "logs"),
         checkpoint_dir=str(tmp_path / "ckpt"),
-        status_file=str(tmp_path / "private" / "status.json"),
         model_definition_key="trainings/t1/model_definition.zip",
         store=StoreConfig(kind="local", root=str(tmp_path / "store")),
         log_sink=LogSinkConfig(kind="file", dir=str(tmp_path / "logsink")),
@@ -253,7 +254,13 @@ def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Pat
     spec.write(tmp_path / "spec.json")
     assert USER_SECRET in (tmp_path / "spec.json").read_text()  # the one place it is
     assert USER_SECRET not in repr(spec)
-    _Learner(LearnerSpec.read(tmp_path / "spec.json")).fetch_data()
+    learner = Learner(
+        LearnerSpec.read(tmp_path / "spec.json"),
+        reporter=FileStatusReporter(tmp_path / "private" / "status.json", "t1"),
+        rendezvous=FileRendezvous(None, (), 0),
+        private_dir=tmp_path / "private",
+    )
+    learner.transfers.fetch_data(learner.downloading)
     status = json.loads((tmp_path / "private" / "status.json").read_text())
     assert status["phase"] == "DOWNLOADING"
     assert status["message"].startswith(

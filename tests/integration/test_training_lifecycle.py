@@ -250,7 +250,7 @@ def test_notifications_without_a_listener_are_harmless(tmp_path: Path) -> None:
     """A learner whose monitor is gone (or whose socket path is too long to bind) goes on:
     the monitor's polling sees its status."""
     from worker.backends.local import LocalBackend
-    from worker.learner.wrapper import notify
+    from worker.learner.status import notify
 
     notify(str(tmp_path / "nobody-listens.sock"), "t1")
     backend = LocalBackend(tmp_path / ("x" * 120), use_namespaces=False)

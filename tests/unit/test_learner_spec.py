@@ -12,7 +12,9 @@ import pytest
 
 from service.domain.records import Secret, SpecError
 from service.logs.config import LogSinkConfig
+from service.sandbox.limits import Enforcement
 from service.storage.config import BucketLocation, StoreConfig
+from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
 
 
@@ -36,13 +38,12 @@ def spec(**overrides: Any) -> LearnerSpec:
         "result_dir": "/w/results",
         "log_dir": "/w/logs",
         "checkpoint_dir": "/w/ckpt",
-        "status_file": "/w/status.json",
         "model_definition_key": "trainings/t1/model_definition.zip",
         "store": StoreConfig(kind="local", root="/store"),
         "log_sink": LogSinkConfig(kind="file", dir="/logs"),
         "results_prefix": "trainings/t1/results/",
         "training_data": BucketLocation(store=user, prefix="train/"),
-        "wait_for": ["/r/learner-1.ready"],
+        "waits_for_peers": True,
         **overrides,
     }
     return LearnerSpec(**fields)
@@ -95,3 +96,32 @@ def test_a_spec_of_another_shape_is_refused(change: Any, message: str) -> None:
     change(data)
     with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
         LearnerSpec.from_dict(data)
+
+
+def test_the_spec_is_the_shared_contract_and_the_host_the_local_mechanisms(
+    tmp_path: Path,
+) -> None:
+    """Status files, rendezvous files and the command's prefix are the local backend's
+    (LocalHost), not the learner contract every backend shares."""
+    local_only = {"status_file", "ready_file", "wait_for", "notify_socket", "run_prefix"}
+    assert local_only.isdisjoint(LearnerSpec.__dataclass_fields__)
+    host = LocalHost(
+        private_dir="/w/private",
+        status_file="/w/private/status.json",
+        notify_socket="/w/monitor.sock",
+        run_prefix=["nsenter", "-t", "1", "--", "bwrap", "--"],
+        ready_file="/r/learner-2.ready",
+        wait_for=["/r/learner-1.ready"],
+        wait_timeout=30,
+        limits=Enforcement(rlimit_as=2**30, cpu_affinity=(0, 1)),
+    )
+    path = tmp_path / "host.json"
+    host.write(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert LocalHost.read(path) == host
+    data = json.loads(path.read_text())
+    data["limits"]["cpu_affinity"] = ["0"]
+    with pytest.raises(SpecError, match=r"limits\.cpu_affinity"):
+        LocalHost.from_dict(data)
+    with pytest.raises(SpecError, match=r"host\.run_prefix"):
+        LocalHost.from_dict({**json.loads(path.read_text()), "run_prefix": [1]})

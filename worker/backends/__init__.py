@@ -15,6 +15,8 @@ def make_backend(settings: Settings) -> Backend:
             slots=settings.local_slots,
             stop_grace_seconds=settings.stop_grace_seconds,
             use_namespaces=settings.local_namespaces,
+            use_sandbox=settings.local_sandbox,
+            hidden=(settings.home_dir,),
         )
     raise NotImplementedError(
         f"DLAAS_BACKEND={settings.backend} is not built yet; use DLAAS_BACKEND=local"

@@ -57,6 +57,11 @@ class Backend(Protocol):
         """Release everything the training held (processes, networks, scratch space)."""
         ...
 
+    def unsandboxed_reason(self) -> str | None:
+        """None when the learners' commands run in a sandbox (a local sandbox, a pod);
+        else why they cannot, for the operator and the training's status."""
+        ...
+
     def slots(self) -> int:
         """How many learners this backend can run at once."""
         ...

@@ -3,17 +3,23 @@
 Every learner is a learner wrapper (`python -m worker.learner SPEC`) in its own session,
 so it outlives the worker that started it: a worker killed mid-training is simply
 restarted, and the monitor keeps observing the learners through their status files. The
-user's command runs inside the learner's network and UTS namespaces (worker.backends.netns),
-so every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port
-2222, as in a pod; downloading code and uploading results stay outside them. Where
-namespaces are unavailable the learners share the loopback on distinct ports (carried in
-TF_CONFIG), and the training's status says so.
+wrapper (trusted: it fetches and stores with the credentials) runs outside; the user's
+command runs inside the learner's network and UTS namespaces (worker.backends.netns), so
+every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222,
+as in a pod, and there inside a sandbox (service.sandbox: bubblewrap) that shows it only
+the system, the runtime and its own training's directories. MPI jobs: `mpirun` and its
+daemons are the platform's, run in the learners' namespaces; each rank enters its
+learner's sandbox (worker.learner.rank). Where namespaces are unavailable the learners
+share the loopback on distinct ports (carried in TF_CONFIG); where no sandbox can be
+made the commands run unsandboxed (only the local tenant's, unless
+DLAAS_ALLOW_UNSANDBOXED); the training's status says so.
 
 Layout under DLAAS_HOME/work/<training id>/: state.json (what was started),
 net/ (the learner network), results/ (RESULT_DIR, shared by all learners), rendezvous/,
-hostfile and ranks.json (MPI), learner-<i>/{spec.json,status.json,training-log.txt,
-model,data,logs}, checkpoints/ (CHECKPOINT_DIR). Cleanup removes it all once the results
-are stored.
+hostfile and ranks.json (MPI), mpi/ (the MPI session directory, TMPDIR of mpirun),
+learner-<i>/ (private: spec.json, host.json, status.json, training-log.txt, wrapper.log;
+and the sandbox's model/, data/, logs/, home/), checkpoints/ (CHECKPOINT_DIR). Cleanup
+removes it all once the results are stored.
 """
 
 from __future__ import annotations
@@ -33,11 +39,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from service import sandbox
 from service.domain.lifecycle import LearnerObservation
+from service.sandbox import limits
+from service.sandbox.limits import Enforcement, ResourceLimits
 from worker.backends.base import Observation, StartRequest
 from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, LaunchPlan, MpiSetup
+from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, MpiSetup, Role
+from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
 
 log = logging.getLogger(__name__)
@@ -48,6 +58,11 @@ _FALLBACK_NOTE = (
     "learner namespaces are unavailable here ({why}); learners share 127.0.0.1 on distinct "
     "ports (see TF_CONFIG) and their host names do not resolve"
 )
+_UNSANDBOXED_NOTE = "the learners' commands run without a sandbox here ({why})"
+# The platform's own learners (mpirun and its daemons, MPI hosts' placeholder) run in
+# the learner's namespaces but outside the sandbox; their ranks enter it.
+_PLATFORM_ROLES = (Role.MPI_LAUNCHER, Role.MPI_HOST)
+_GIB = 1024**3
 
 
 def _pid_alive(pid: int) -> bool:
@@ -58,12 +73,47 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+_MAX_STATE_BYTES = 1024 * 1024  # a status or state file is a few hundred bytes
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_STATE_BYTES + 1)
+        if len(raw) > _MAX_STATE_BYTES:
+            return None
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+def _belongs(pid: object, training_id: str, spec_path: Path) -> bool:
+    """Whether `pid` (from a status file: untrusted) is a live process of this learner:
+    its wrapper (whose command line names the spec) or its command (whose environment
+    names the training). Anything else, another training's process included, is not."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 1 < pid < 2**22:
+        return False
+    if not _pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if str(spec_path).encode() in cmdline:
+            return True
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"TRAINING_ID={training_id}".encode() in environ
+
+
+def _phases(value: object) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        return ()
+    out = []
+    for k, v in value.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out.append((str(k), float(v)))
+    return tuple(out)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -100,6 +150,8 @@ class LocalBackend:
         slots: int = 8,
         stop_grace_seconds: float = 3.0,
         use_namespaces: bool | None = None,
+        use_sandbox: bool | None = None,
+        hidden: tuple[Path, ...] = (),
     ) -> None:
         self.work_root = work_root
         self._slots = slots
@@ -109,6 +161,20 @@ class LocalBackend:
         else:
             self.namespaces_missing = "" if use_namespaces else "disabled by configuration"
         self.use_namespaces = use_namespaces
+        self.bwrap: str | None = None
+        if use_sandbox is False:
+            self.sandbox_missing = "disabled by configuration"
+        else:
+            support = sandbox.probe()
+            self.bwrap, self.sandbox_missing = support.bwrap, support.why
+        # What no sandbox may show (DLAAS_HOME, the work root), even where a read-only
+        # system directory holds it.
+        self.hidden = tuple(str(p) for p in (*hidden, work_root))
+        self.cgroup_root = limits.machine_cgroup()
+
+    def unsandboxed_reason(self) -> str | None:
+        """None when learners' commands run in a sandbox; else why they cannot."""
+        return None if self.bwrap else self.sandbox_missing
 
     def slots(self) -> int:
         return self._slots
@@ -202,22 +268,59 @@ class LocalBackend:
         results = tdir / "results"
         checkpoints = tdir / "checkpoints"
         rendezvous = tdir / "rendezvous"
+        mpi_session = tdir / "mpi"
         for d in (results, checkpoints, rendezvous):
             d.mkdir(parents=True, exist_ok=True)
+        if mpi is not None:
+            mpi_session.mkdir(exist_ok=True)
         learners_env = self._learner_envs(plan, tdir, results, checkpoints)
+        if self.bwrap is None:
+            notes.append(_UNSANDBOXED_NOTE.format(why=self.sandbox_missing))
+        enforcements: dict[int, Enforcement] = {}
+        sandboxes: dict[int, list[str]] = {}
+        for lp in plan.learners:
+            enforcement, limit_notes = limits.plan(
+                ResourceLimits(
+                    memory_bytes=spec.memory_gib * _GIB if spec.memory_gib else None,
+                    cpus=spec.cpus or None,
+                ),
+                f"{spec.training_id}-{lp.learner_id}",
+                cgroup_root=self.cgroup_root,
+                cpus_available=tuple(sorted(os.sched_getaffinity(0))),
+                slot=lp.learner_id - 1,
+            )
+            notes.extend(n for n in limit_notes if n not in notes)
+            enforcements[lp.learner_id] = enforcement
+            extra = (str(mpi_session),) if mpi is not None else ()
+            sandboxes[lp.learner_id] = self._sandbox_argv(learners_env[lp.learner_id], extra)
         if plan.hostfile is not None:
             hostfile = plan.hostfile if net else f"localhost slots={spec.nodes}\n"
             (tdir / "hostfile").write_text(hostfile)
-            ranks = {"hosts": {lp.hostname: learners_env[lp.learner_id] for lp in plan.learners}}
-            ranks["by_rank"] = {str(i - 1): learners_env[i] for i in learners_env}
+            ranks: dict[str, Any] = {
+                "hosts": {
+                    lp.hostname: self._rank(lp, learners_env, sandboxes, enforcements)
+                    for lp in plan.learners
+                },
+                "by_rank": {
+                    str(lp.learner_id - 1): self._rank(lp, learners_env, sandboxes, enforcements)
+                    for lp in plan.learners
+                },
+            }
             _write_json(tdir / "ranks.json", ranks)
 
         learners = []
         for lp in plan.learners:
             ldir = tdir / f"learner-{lp.learner_id}"
             ldir.mkdir(parents=True, exist_ok=True)
+            ldir.chmod(0o700)
             env = {**self._runtime_env(), **lp.env, **learners_env[lp.learner_id]}
-            argv = [*(net.enter_argv(lp.hostname) if net else []), *lp.argv]
+            if mpi is not None and lp.role == Role.MPI_LAUNCHER:
+                env["TMPDIR"] = str(mpi_session)  # the MPI session directory ranks share
+            Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+            platform_run = lp.role in _PLATFORM_ROLES
+            run_prefix = net.enter_argv(lp.hostname) if net else []
+            if not platform_run:
+                run_prefix += sandboxes[lp.learner_id]
             ready = rendezvous / f"learner-{lp.learner_id}.ready"
             peers = [
                 str(rendezvous / f"learner-{other.learner_id}.ready")
@@ -229,14 +332,13 @@ class LocalBackend:
                 learner_id=lp.learner_id,
                 num_learners=spec.nodes,
                 hostname=lp.hostname,
-                argv=argv,
+                argv=list(lp.argv),
                 env=env,
                 model_dir=env["MODEL_DIR"],
                 data_dir=env["DATA_DIR"],
                 result_dir=env["RESULT_DIR"],
                 log_dir=env["LOG_DIR"],
                 checkpoint_dir=env["CHECKPOINT_DIR"],
-                status_file=str(ldir / "status.json"),
                 model_definition_key=request.model_definition_key,
                 store=request.store,
                 log_sink=request.log_sink,
@@ -244,12 +346,21 @@ class LocalBackend:
                 upload_results=lp.primary,
                 training_data=request.training_data,
                 results_target=request.results_target,
-                ready_file=str(ready),
-                wait_for=peers if lp.waits_for_peers else [],
+                waits_for_peers=lp.waits_for_peers,
                 stop_grace_seconds=self.stop_grace_seconds,
-                notify_socket=str(self.notify_path),
             )
             learner_spec.write(ldir / "spec.json")
+            host = LocalHost(
+                private_dir=str(ldir),
+                status_file=str(ldir / "status.json"),
+                notify_socket=str(self.notify_path),
+                run_prefix=run_prefix,
+                ready_file=str(ready),
+                wait_for=peers,
+                # The platform's own processes are limited through their ranks.
+                limits=Enforcement() if platform_run else enforcements[lp.learner_id],
+            )
+            host.write(ldir / "host.json")
             learners.append(
                 {
                     "learner_id": lp.learner_id,
@@ -262,9 +373,41 @@ class LocalBackend:
         return {
             "training_id": spec.training_id,
             "namespaces": net is not None,
+            "sandboxed": self.bwrap is not None,
             "primaries": list(plan.primaries),
             "notes": notes,
             "learners": learners,
+        }
+
+    def _sandbox_argv(self, learner_env: dict[str, str], extra: tuple[str, ...]) -> list[str]:
+        """The learner's sandbox prefix: its own directories writable, nothing else of
+        DLAAS_HOME visible; empty where no sandbox can be made."""
+        if self.bwrap is None:
+            return []
+        writable = [
+            learner_env[name]
+            for name in ("MODEL_DIR", "DATA_DIR", "RESULT_DIR", "LOG_DIR", "CHECKPOINT_DIR", "HOME")
+        ]
+        policy = sandbox.SandboxPolicy(
+            writable=(*writable, *extra),
+            readonly=sandbox.runtime_paths(),
+            hidden=self.hidden,
+        )
+        return sandbox.argv(policy, self.bwrap)
+
+    @staticmethod
+    def _rank(
+        lp: LearnerPlan,
+        envs: dict[int, dict[str, str]],
+        sandboxes: dict[int, list[str]],
+        enforcements: dict[int, Enforcement],
+    ) -> dict[str, Any]:
+        """What a rank on learner `lp` needs (worker.learner.rank): its variables, its
+        sandbox and its limits."""
+        return {
+            "env": envs[lp.learner_id],
+            "prefix": sandboxes[lp.learner_id],
+            "limits": enforcements[lp.learner_id].to_dict(),
         }
 
     def _mpi_setup(self, tdir: Path, net: LearnerNetwork | None) -> MpiSetup:
@@ -304,7 +447,7 @@ class LocalBackend:
                 "RESULT_DIR": str(results),
                 "LOG_DIR": str(ldir / "logs"),
                 "CHECKPOINT_DIR": str(checkpoints),
-                "HOME": str(ldir),
+                "HOME": str(ldir / "home"),
             }
         return envs
 
@@ -314,22 +457,32 @@ class LocalBackend:
         extras) first on PATH, for every catalog version."""
         bindir = str(Path(sys.executable).parent)
         env = {
-            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PYTHONUNBUFFERED": "1",
         }
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root  # the rank prefix and agent import the platform's modules
+        # The rank prefix and the MPI agent import the platform's modules; the sandbox
+        # unsets it, so the user's command does not.
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
         return env
 
     @staticmethod
     def _spawn(spec_path: Path) -> None:
+        host_path = spec_path.with_name("host.json")
         log = spec_path.with_name("wrapper.log")
         # setsid -f: the wrapper leads its own session and is nobody's child here, so it
         # outlives this worker and leaves no zombie behind.
         with open(log, "ab") as out:
             subprocess.run(
-                ["setsid", "-f", sys.executable, "-m", "worker.learner", str(spec_path)],
+                [
+                    "setsid",
+                    "-f",
+                    sys.executable,
+                    "-m",
+                    "worker.learner",
+                    str(spec_path),
+                    str(host_path),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -353,7 +506,7 @@ class LocalBackend:
         now = time.time()
         observed = []
         for learner in state["learners"]:
-            observed.append(self._observe_learner(learner, Path(learner["spec"]).parent, now))
+            observed.append(self._observe_learner(training_id, learner, now))
         return Observation(
             learners=tuple(observed),
             primaries=tuple(state["primaries"]),
@@ -361,9 +514,12 @@ class LocalBackend:
         )
 
     @staticmethod
-    def _observe_learner(learner: dict[str, Any], ldir: Path, now: float) -> LearnerObservation:
+    def _observe_learner(
+        training_id: str, learner: dict[str, Any], now: float
+    ) -> LearnerObservation:
         lid = int(learner["learner_id"])
-        status = _read_json(ldir / "status.json")
+        spec_path = Path(learner["spec"])
+        status = _read_json(spec_path.with_name("status.json"))
         if status is None:
             spawned = learner["spawned_at"]
             if spawned is not None and now - spawned > START_TIMEOUT:
@@ -372,11 +528,10 @@ class LocalBackend:
         phase = str(status.get("phase"))
         exit_code = status.get("exit_code")
         message = status.get("message")
-        phases = tuple((str(k), float(v)) for k, v in (status.get("phases") or {}).items())
+        phases = _phases(status.get("phases"))
         if phase in ("COMPLETED", "FAILED", "HALTED"):
             return LearnerObservation(lid, phase, exit_code, message, phases)
-        pid = status.get("pid")
-        if not isinstance(pid, int) or not _pid_alive(pid):
+        if not _belongs(status.get("pid"), training_id, spec_path):
             return LearnerObservation(lid, "LOST", None, f"learner {lid} stopped reporting (lost)")
         return LearnerObservation(lid, phase, exit_code, message, phases)
 
@@ -387,7 +542,7 @@ class LocalBackend:
         state = _read_json(tdir / "state.json")
         if state is None:
             return
-        groups = self._process_groups(state)
+        groups = self._process_groups(training_id, state)
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
@@ -402,13 +557,17 @@ class LocalBackend:
             net.destroy()  # whatever the user's commands started inside the namespaces
 
     @staticmethod
-    def _process_groups(state: dict[str, Any]) -> list[int]:
+    def _process_groups(training_id: str, state: dict[str, Any]) -> list[int]:
+        """The process groups of the training's wrappers and commands: only processes that
+        belong to it, whatever a status file says."""
         groups: list[int] = []
         for learner in state["learners"]:
-            status = _read_json(Path(learner["spec"]).with_name("status.json")) or {}
+            spec_path = Path(learner["spec"])
+            status = _read_json(spec_path.with_name("status.json")) or {}
             for key in ("pid", "child_pid"):
                 pid = status.get(key)
-                if isinstance(pid, int) and pid > 1 and _pid_alive(pid):
+                if _belongs(pid, training_id, spec_path):
+                    assert isinstance(pid, int)
                     groups.append(pid)
         return groups
 

@@ -32,6 +32,9 @@ class TrainingSpec:
     parameter_servers: int = 0
     gpus_per_node: int = 0
     distribution: str = "parameter_server"  # from the framework catalog: or "mpi"
+    # The compute configuration's resources per learner (0: not limited).
+    cpus: int = 0
+    memory_gib: int = 0
 
 
 @dataclass(frozen=True)

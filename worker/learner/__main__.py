@@ -1,4 +1,4 @@
-"""`python -m worker.learner SPEC.json`: run one learner (see worker.learner.wrapper)."""
+"""`python -m worker.learner SPEC.json HOST.json`: run one learner (see worker.learner.wrapper)."""
 
 from worker.learner.wrapper import main
 

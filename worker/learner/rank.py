@@ -1,10 +1,13 @@
 """The first thing every MPI rank runs: `python -m worker.learner.rank RANKS.json -- CMD...`.
 
-mpirun starts every rank with learner 1's environment. This sets what differs by learner
-(LEARNER_ID, MODEL_DIR, DATA_DIR, RESULT_DIR, ...) from RANKS.json, written by the backend:
-`{"hosts": {host name: variables}, "by_rank": {rank: variables}}` (by host when every
-learner has its own host, by rank when they share one), moves to the learner's MODEL_DIR,
-maps the rank to its GPU when asked (DDL), and execs the command.
+mpirun starts every rank with learner 1's environment, outside any sandbox (mpirun and
+its daemons are the platform's). This sets what differs by learner (LEARNER_ID,
+MODEL_DIR, DATA_DIR, RESULT_DIR, ...) from RANKS.json, written by the backend:
+`{"hosts": {host name: learner}, "by_rank": {rank: learner}}`, each learner
+`{"env": variables, "prefix": its sandbox's argv prefix, "limits": its Enforcement}`
+(by host when every learner has its own host, by rank when they share one), moves to the
+learner's MODEL_DIR, maps the rank to its GPU when asked (DDL), puts itself under the
+learner's resource limits and execs the command inside the learner's sandbox.
 """
 
 from __future__ import annotations
@@ -15,19 +18,25 @@ import socket
 import sys
 from typing import Any
 
+from service.sandbox import limits
+from service.sandbox.limits import Enforcement
 
-def rank_environment(env: dict[str, str], ranks: dict[str, Any], host: str) -> dict[str, str]:
-    """The environment a rank on `host` runs with."""
-    per_host: dict[str, dict[str, str]] = ranks.get("hosts", {})
-    by_rank: dict[str, dict[str, str]] = ranks.get("by_rank", {})
+
+def rank_learner(env: dict[str, str], ranks: dict[str, Any], host: str) -> dict[str, Any]:
+    """The learner entry of RANKS.json a rank on `host` belongs to."""
+    per_host: dict[str, dict[str, Any]] = ranks.get("hosts", {})
+    by_rank: dict[str, dict[str, Any]] = ranks.get("by_rank", {})
     rank = env.get("OMPI_COMM_WORLD_RANK")
     if host in per_host:
-        learner = per_host[host]
-    elif rank is not None and rank in by_rank:
-        learner = by_rank[rank]
-    else:
-        raise KeyError(f"host {host!r} (rank {rank}) is not a learner of this training")
-    out = {**env, **learner}
+        return per_host[host]
+    if rank is not None and rank in by_rank:
+        return by_rank[rank]
+    raise KeyError(f"host {host!r} (rank {rank}) is not a learner of this training")
+
+
+def rank_environment(env: dict[str, str], learner: dict[str, Any]) -> dict[str, str]:
+    """The environment a rank of `learner` runs with."""
+    out = {**env, **learner["env"]}
     if out.get("DLAAS_MAP_GPU_BY_LOCAL_RANK") == "1" and "OMPI_COMM_WORLD_LOCAL_RANK" in out:
         out["CUDA_VISIBLE_DEVICES"] = out["OMPI_COMM_WORLD_LOCAL_RANK"]
     return out
@@ -39,9 +48,12 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0]) as f:
         ranks: dict[str, Any] = json.load(f)
-    env = rank_environment(dict(os.environ), ranks, socket.gethostname())
+    learner = rank_learner(dict(os.environ), ranks, socket.gethostname())
+    env = rank_environment(dict(os.environ), learner)
     os.chdir(env.get("MODEL_DIR", "."))
-    os.execvpe(argv[2], argv[2:], env)  # noqa: S606 - the user's command, by design
+    limits.apply(Enforcement.from_dict(learner.get("limits", {})))
+    command = [*learner.get("prefix", []), *argv[2:]]
+    os.execvpe(command[0], command, env)  # noqa: S606 - the user's command, by design
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """What the platform hands one learner: a JSON file (mode 0600, so credentials never
 appear in a process listing) read by the learner wrapper, `python -m worker.learner SPEC`.
 
-The same spec drives a learner process of the local backend and a pod's container.
+The same spec drives a learner process of the local backend and a pod's container: it is
+the learner contract (what to fetch, what to run, what to store), free of local-only
+mechanisms. How the status is reported, how the peers meet and how the command enters its
+sandbox are the backend's (worker.learner.host).
 
 Plain dataclasses, not pydantic models (see service.domain.records): the platform wrote
 the file; reading it checks the keys, the kinds and the types. The store and log-sink
@@ -12,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from service.domain.records import OPT_STR, STR, Secret, SpecError, checked_fields
+from service.domain.records import STR, Secret, SpecError, checked_fields
 from service.logs.config import LogSinkConfig
 from service.storage.config import BucketLocation, StoreConfig
 
@@ -27,8 +30,8 @@ class LearnerSpec:
     learner_id: int
     num_learners: int
     hostname: str
-    # The full command, prefixes included (e.g. entering the learner's namespaces); run in
-    # model_dir with exactly `env`.
+    # The user's command (MPI: mpirun and the ranks' prefix, then the command); run in
+    # model_dir with exactly `env`, behind the backend's prefix (its sandbox).
     argv: list[str]
     env: dict[str, str]
     model_dir: str
@@ -36,7 +39,6 @@ class LearnerSpec:
     result_dir: str
     log_dir: str
     checkpoint_dir: str
-    status_file: str
     model_definition_key: str
     store: StoreConfig
     log_sink: LogSinkConfig
@@ -49,14 +51,9 @@ class LearnerSpec:
     # The manifest's training_results_reference: results and logs are also copied there,
     # under its prefix (training-<id>/), in the layout under results_prefix.
     results_target: BucketLocation | None = None
-    # Rendezvous (MPI launcher learner): create ready_file once the code is in place; wait
-    # for every file of wait_for before running the command.
-    ready_file: str | None = None
-    wait_for: list[str] = field(default_factory=list)
-    wait_timeout: float = 600.0
+    # MPI launcher: wait until every other learner has its code and data in place.
+    waits_for_peers: bool = False
     stop_grace_seconds: float = 5.0
-    # A Unix datagram socket to tell the backend's monitor that the status file changed.
-    notify_socket: str | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -69,7 +66,6 @@ class LearnerSpec:
                 "result_dir",
                 "log_dir",
                 "checkpoint_dir",
-                "status_file",
                 "model_definition_key",
                 "results_prefix",
             )
@@ -79,19 +75,15 @@ class LearnerSpec:
         "argv": (list,),
         "env": (dict,),
         "upload_results": (bool,),
-        "ready_file": OPT_STR,
-        "wait_for": (list,),
-        "wait_timeout": (int, float),
-        "notify_socket": OPT_STR,
+        "waits_for_peers": (bool,),
         "stop_grace_seconds": (int, float),
     }
 
     @classmethod
     def from_dict(cls, data: Any) -> LearnerSpec:
         values = checked_fields(cls, data, "spec")
-        for name in ("argv", "wait_for"):
-            if not all(isinstance(a, str) for a in values.get(name, [])):
-                raise SpecError(f"spec.{name}: a list of strings is expected")
+        if not all(isinstance(a, str) for a in values["argv"]):
+            raise SpecError("spec.argv: a list of strings is expected")
         if not all(isinstance(v, str) for v in values["env"].values()):
             raise SpecError("spec.env: string values are expected")
         values["store"] = StoreConfig.from_dict(values["store"], "spec.store")

@@ -1,0 +1,143 @@
+"""The log tee: a command's output, line by line, to the live log store and a local file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from service.logs.base import LogRecord, LogStore, iso_utc
+from service.storage import keys
+
+MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most this size
+_READ_CHUNK = 64 * 1024
+_MAX_PENDING_BYTES = 4 * 1024 * 1024  # read but not yet written; beyond it the reader waits
+
+
+def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines of `buffer` (without their newline) and the incomplete rest.
+
+    A line longer than MAX_LINE_BYTES is cut into pieces of at most that size, at a UTF-8
+    character boundary where there is one nearby, so the rest never exceeds it.
+    """
+    lines: list[bytes] = []
+    start = 0
+    while True:
+        newline = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1)
+        if newline != -1:
+            lines.append(buffer[start:newline])
+            start = newline + 1
+        elif len(buffer) - start > MAX_LINE_BYTES:
+            cut = start + MAX_LINE_BYTES
+            while cut > start + MAX_LINE_BYTES - 3 and buffer[cut] & 0xC0 == 0x80:
+                cut -= 1  # do not split a multi-byte character
+            lines.append(buffer[start:cut])
+            start = cut
+        else:
+            return lines, buffer[start:]
+
+
+class LogTee:
+    """Reads a command's output and writes each line to a log store and a local file.
+
+    One thread reads the pipe and cuts lines, stamping each with the time it was read;
+    another writes whatever has accumulated as one batch, as soon as there is something,
+    so lines reach the store within the store's own latency and batches grow only when the
+    store is slower than the command. At most _MAX_PENDING_BYTES are held in memory.
+    """
+
+    def __init__(self, learner: int, training_id: str, store: LogStore, local_file: Path) -> None:
+        self._fd = -1
+        self._learner = learner
+        self._training_id = training_id
+        self._store = store
+        self._local = os.open(local_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        self._cond = threading.Condition()
+        self._pending: list[LogRecord] = []
+        self._pending_bytes = 0
+        self._eof = False
+        self._closed = False
+        self._warned: set[str] = set()
+        self._reader = threading.Thread(target=self._read, name="log-reader", daemon=True)
+        self._writer = threading.Thread(target=self._write, name="log-writer", daemon=True)
+
+    def start(self, fd: int) -> None:
+        """Start reading `fd` (the tee owns it from now on and closes it at its end)."""
+        self._fd = fd
+        self._reader.start()
+        self._writer.start()
+
+    def close(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the output to end, then write what was read; idempotent."""
+        started = self._reader.ident is not None
+        if started:
+            self._reader.join(timeout)
+        with self._cond:
+            self._eof = self._closed = True  # lines of a straggler holding the pipe are dropped
+            self._cond.notify_all()
+        if started:
+            self._writer.join()
+        with contextlib.suppress(OSError):
+            os.close(self._local)
+
+    def _read(self) -> None:
+        rest = b""
+        try:
+            while chunk := os.read(self._fd, _READ_CHUNK):
+                lines, rest = split_lines(rest + chunk)
+                self._put(lines)
+            if rest:
+                self._put([rest])
+        except OSError as e:
+            self._warn("read", f"reading the command's output failed: {e}")
+        finally:
+            # Closed here, not by close(): were it closed while this thread still reads, the
+            # number could be reused and this thread would read someone else's file.
+            os.close(self._fd)
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+
+    def _put(self, lines: list[bytes]) -> None:
+        now = time.time()
+        with self._cond:
+            while self._pending_bytes > _MAX_PENDING_BYTES and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return
+            for raw in lines:
+                line = raw.removesuffix(b"\r").decode("utf-8", "replace")
+                self._pending.append(LogRecord(self._learner, now, line))
+                self._pending_bytes += len(raw)
+            self._cond.notify_all()
+
+    def _write(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._eof:
+                    self._cond.wait()
+                batch, self._pending, self._pending_bytes = self._pending, [], 0
+                self._cond.notify_all()
+            if not batch:
+                return
+            self._emit(batch)
+
+    def _emit(self, batch: list[LogRecord]) -> None:
+        text = "".join(f"{iso_utc(r.ts)} {r.line}\n" for r in batch).encode("utf-8", "replace")
+        try:
+            while text:
+                text = text[os.write(self._local, text) :]
+        except OSError as e:
+            self._warn("file", f"writing {keys.LEARNER_LOG_NAME} failed: {e}")
+        try:
+            self._store.append(self._training_id, batch)
+        except Exception as e:  # the live log is a convenience; training-log.txt is the record
+            self._warn("store", f"the live log store is unavailable, lines are missing: {e}")
+
+    def _warn(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            print(f"learner wrapper: {message}", file=sys.stderr, flush=True)
