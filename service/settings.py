@@ -125,8 +125,9 @@ class Settings(BaseSettings):
     allowed_data_endpoints: str | None = Field(
         default=None,
         description="Comma-separated host[:port], *.domain or scheme://host[:port] entries "
-        "that users' data and results endpoints may name; default: the platform's S3 "
-        "endpoint, plus loopback on one machine (SQLite, or no DLAAS_S3_ENDPOINT).",
+        "that users' data and results endpoints may name, besides the platform's own S3 "
+        "endpoint (always allowed); default: none other, on one machine as in a cluster. "
+        "Set the same value on the API and the workers.",
     )
 
     @cached_property

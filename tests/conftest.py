@@ -66,6 +66,8 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
         max_upload_bytes=2 * 1024 * 1024,
         archive_max_files=50,
         archive_max_unpacked_bytes=1024 * 1024,
+        # The data endpoint the tests' manifests name (none is allowed by default).
+        allowed_data_endpoints="127.0.0.1:9000",
     )
 
 

@@ -1,16 +1,20 @@
 """A real S3 endpoint for tests: moto's server (`moto[server]`) in a subprocess on a free
-127.0.0.1 port. It accepts any credentials and keeps objects in memory."""
+127.0.0.1 port. It accepts any credentials and keeps objects in memory. And a stub HTTP
+server that answers every request alike (a redirect, say) and records what it got."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from minio import Minio
@@ -89,3 +93,65 @@ def moto_server() -> Iterator[S3Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@dataclass
+class StubServer:
+    url: str
+    # (method, path, Host header) of every request, in order
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    # the TLS server names clients asked for (SNI)
+    server_names: list[str | None] = field(default_factory=list)
+
+
+@contextmanager
+def stub_server(
+    status: int = 200,
+    location: str | None = None,
+    host: str = "127.0.0.1",
+    tls: tuple[str, str] | None = None,
+) -> Iterator[StubServer]:
+    """An HTTP server on a free port of `host` answering every request with `status` (and
+    `location` as its Location header), an empty body. `tls`: (certificate file, key
+    file) to serve HTTPS."""
+    stub = StubServer("")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            stub.requests.append((self.command, self.path, self.headers.get("Host", "")))
+            self.send_response(status)
+            if location is not None:
+                self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = Server((host, 0), Handler)
+    scheme = "http"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+
+        def sni(sock: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
+            stub.server_names.append(name)
+
+        context.sni_callback = sni  # type: ignore[assignment]
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    netloc = f"[{host}]" if ":" in host else host
+    stub.url = f"{scheme}://{netloc}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

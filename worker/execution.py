@@ -22,6 +22,7 @@ from service.platform import Platform
 from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.storage import keys
 from service.storage.config import BucketLocation, StoreConfig
+from service.storage.endpoints import EndpointPolicy
 from service.tenants import LOCAL_TENANT
 from service.trainings import record_transition
 from worker.backends.base import Backend, StartRequest
@@ -52,7 +53,9 @@ def training_spec(training: Training, platform: Platform) -> TrainingSpec:
     )
 
 
-def _bucket(ref: dict[str, Any], box: SecretBox, where: str, prefix: str) -> BucketLocation:
+def _bucket(
+    ref: dict[str, Any], box: SecretBox, policy: EndpointPolicy, where: str, prefix: str
+) -> BucketLocation:
     ref = open_reference(ref, box)
     connection = ref["connection"]
     store = StoreConfig(
@@ -62,20 +65,24 @@ def _bucket(ref: dict[str, Any], box: SecretBox, where: str, prefix: str) -> Buc
         secret_key=Secret.of(connection["secret_access_key"]),
         bucket=ref[where]["bucket"],
         region=connection.get("region"),
+        # The learner checks the endpoint again when it connects (service.storage.endpoints);
+        # an endpoint no entry allows any more gets none, and is refused there.
+        allowed_endpoints=policy.entries_for(connection["endpoint_url"]),
     )
     return BucketLocation(store=store, prefix=prefix)
 
 
 def user_buckets(
-    training: Training, box: SecretBox
+    training: Training, box: SecretBox, policy: EndpointPolicy
 ) -> tuple[BucketLocation | None, BucketLocation | None]:
     """The manifest's data and results buckets, credentials decrypted (SecretsUnreadable
-    if they cannot be)."""
+    if they cannot be), each with the entries of `policy` that allow its endpoint."""
     data = training.manifest.get("training_data_reference")
     results = training.manifest.get("training_results_reference")
+    results_prefix = keys.user_results_prefix(training.id)
     return (
-        _bucket(data, box, "source", data["source"].get("prefix", "")) if data else None,
-        _bucket(results, box, "target", keys.user_results_prefix(training.id)) if results else None,
+        _bucket(data, box, policy, "source", data["source"].get("prefix", "")) if data else None,
+        _bucket(results, box, policy, "target", results_prefix) if results else None,
     )
 
 
@@ -109,7 +116,9 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             session.commit()
             return
         try:
-            training_data, results_target = user_buckets(training, platform.secrets)
+            training_data, results_target = user_buckets(
+                training, platform.secrets, platform.endpoint_policy
+            )
         except SecretsUnreadable as e:
             record_transition(
                 training, TrainingState.FAILED, f"the learners could not be started: {e}"

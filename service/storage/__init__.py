@@ -12,15 +12,23 @@ from service.storage.config import StoreConfig
 if TYPE_CHECKING:
     from service.settings import Settings
     from service.storage.base import ObjectStore
+    from service.storage.endpoints import AddressPins, Resolver
 
 
 class StoreConfigError(ValueError):
     """A StoreConfig that names no usable store; the message says what is missing."""
 
 
-def open_store(config: StoreConfig, *, create_bucket: bool = False) -> ObjectStore:
+def open_store(
+    config: StoreConfig, *, create_bucket: bool = False, resolve: Resolver | None = None
+) -> ObjectStore:
     """The object store `config` describes: a local directory, or an S3 bucket (created if
-    missing when `create_bucket`). Raises StoreConfigError for an unusable config."""
+    missing when `create_bucket`). Raises StoreConfigError for an unusable config.
+
+    A user's bucket (`config.allowed_endpoints` set) is checked again now: its endpoint's
+    host is resolved once (by `resolve`, default the system's resolver), every address
+    checked against those entries, and the store connects to that address only; an
+    endpoint they no longer allow is a StoreConfigError naming it and the address."""
     # Imported here: learners import this package and must start fast (no minio) when
     # their store is a local directory.
     if config.kind == "local":
@@ -36,6 +44,9 @@ def open_store(config: StoreConfig, *, create_bucket: bool = False) -> ObjectSto
             raise StoreConfigError(
                 "the store configuration names an S3 store without an endpoint or bucket"
             )
+        pins = None
+        if config.allowed_endpoints is not None:
+            pins = _pins(config.endpoint, config.allowed_endpoints, resolve)
         try:
             return S3ObjectStore(
                 config.endpoint,
@@ -44,10 +55,21 @@ def open_store(config: StoreConfig, *, create_bucket: bool = False) -> ObjectSto
                 secret_key=Secret.reveal(config.secret_key),
                 region=config.region,
                 create_bucket=create_bucket,
+                connect_to=None if pins is None else pins.address,
             )
         except ValueError as e:
             raise StoreConfigError(f"the S3 endpoint {config.endpoint} is unusable: {e}") from e
     raise StoreConfigError(f"{config.kind} store not available in this build")
+
+
+def _pins(endpoint: str, allowed: tuple[str, ...], resolve: Resolver | None) -> AddressPins:
+    from service.storage import endpoints
+
+    try:
+        policy = endpoints.EndpointPolicy.of(allowed, resolve or endpoints.resolve_host)
+        return policy.pin(endpoint)
+    except ValueError as e:  # EndpointRefused, or an entry that is not one
+        raise StoreConfigError(f"the S3 endpoint {endpoint} is refused: {e}") from e
 
 
 def platform_store_config(settings: Settings) -> StoreConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from service.domain.records import OPT_STR, STR, OfKind, Secret, checked_fields
+from service.domain.records import OPT_STR, STR, OfKind, Secret, SpecError, checked_fields
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,10 @@ class StoreConfig(OfKind):
     secret_key: Secret | None = None
     bucket: str | None = None
     region: str | None = None
+    # A user's bucket: the DLAAS_ALLOWED_DATA_ENDPOINTS entries that allow its endpoint
+    # (service.storage.endpoints), checked again when it is opened; None for a store the
+    # operator configured (the platform's own), which is not checked.
+    allowed_endpoints: tuple[str, ...] | None = None
 
     NAME: ClassVar[str] = "store"
     KINDS: ClassVar[tuple[str, ...]] = ("local", "s3")
@@ -32,6 +36,7 @@ class StoreConfig(OfKind):
         "secret_key": OPT_STR,
         "bucket": OPT_STR,
         "region": OPT_STR,
+        "allowed_endpoints": (list, tuple, type(None)),
     }
 
     @classmethod
@@ -39,6 +44,11 @@ class StoreConfig(OfKind):
         values = checked_fields(cls, data, where)
         for key in ("access_key", "secret_key"):
             values[key] = Secret.of(values.get(key))
+        allowed = values.get("allowed_endpoints")
+        if allowed is not None:
+            if not all(isinstance(e, str) for e in allowed):
+                raise SpecError(f"{where}.allowed_endpoints: a list of strings is expected")
+            values["allowed_endpoints"] = tuple(allowed)
         return cls(**values)
 
 

@@ -1,4 +1,5 @@
-"""Which S3 endpoints users may point the platform at (an SSRF guard), checked at submission.
+"""Which S3 endpoints users may point the platform at (an SSRF guard): checked at
+submission, and again by the learner that connects, pinned to the address it checked.
 
 Learners connect to the `endpoint_url` of a manifest's data and results references from
 inside the platform's network, so an arbitrary URL would let a user reach internal
@@ -9,30 +10,47 @@ an allowlist are accepted (DLAAS_ALLOWED_DATA_ENDPOINTS), each entry one of
   by the operator, so it may be a private address;
 - `*.example.com` (any subdomain) or `*` (any host): host names that must resolve to
   public addresses only; private, loopback, link-local and reserved addresses are refused.
+  An IPv6 address that carries an IPv4 one (IPv4-mapped or -compatible, NAT64
+  64:ff9b::/96, 6to4, Teredo) is what that IPv4 address is.
 
-The default list is the platform's own S3 endpoint, plus loopback when the platform runs
-on one machine (`dlaas up`: an SQLite database, or objects in the local directory), where
-users keep their MinIO beside it. The platform's own endpoint is always allowed; setting
-the list replaces the rest of the default.
+The default list is the platform's own S3 endpoint only, on one machine as in a cluster;
+the platform's own endpoint is always allowed, and setting the list replaces the rest.
+
+A name checked at submission may resolve elsewhere when a learner connects (DNS
+rebinding), so the worker hands each learner the entries that allowed its endpoint
+(StoreConfig.allowed_endpoints) and opening the store checks again (`EndpointPolicy.pin`):
+the host is resolved once, every address is checked, and the client connects to that
+address and no other (service.storage.s3).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from service.domain.manifest import Manifest
 from service.errors import FieldError
-from service.settings import Settings
 from service.storage.s3 import check_bucket_name, parse_endpoint
+
+if TYPE_CHECKING:  # not at run time: learners import this module and must start fast
+    from service.domain.manifest import Manifest
+    from service.settings import Settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Sequence[IPAddress]]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, RFC 4291)
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+
+
+class EndpointRefused(ValueError):
+    """An endpoint, or an address it resolves to, that the policy does not allow; the
+    message says which and why."""
 
 
 def resolve_host(host: str, port: int) -> list[IPAddress]:
@@ -52,10 +70,47 @@ def _normal_host(host: str) -> str:
         return host
 
 
-def _is_public(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+def carried_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (and reaches): IPv4-mapped
+    `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4
+    `2002:AABB:CCDD::/48`, Teredo `2001::/32` (its server and client); empty for others."""
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    if address.teredo is not None:
+        return list(address.teredo)
+    return []
+
+
+def address_kind(address: IPAddress) -> str:
+    """What `address` is: "public", or else "unspecified", "loopback", "link-local",
+    "multicast", "private" or "reserved". An IPv6 address that carries IPv4 ones
+    (carried_ipv4) is what they are: the first of them that is not public, if any."""
+    if isinstance(address, ipaddress.IPv6Address) and (carried := carried_ipv4(address)):
+        kinds = [address_kind(a) for a in carried]
+        return next((k for k in kinds if k != "public"), "public")
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_private or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local):
+        return "private"
+    if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST:
+        return "reserved"  # outside 2000::/3 nothing is routed on the internet
+    if not address.is_global or address.is_reserved:
+        return "reserved"
+    return "public"
+
+
+def _described(addresses: Iterable[IPAddress]) -> str:
+    return ", ".join(f"{a} ({address_kind(a)})" for a in sorted(set(addresses), key=str))
 
 
 @dataclass(frozen=True)
@@ -80,6 +135,13 @@ class _Entry:
             raise ValueError(f"allowed data endpoint {text!r} is not host[:port]")
         return cls(_normal_host(parts.hostname), parts.port)
 
+    def __str__(self) -> str:
+        """The entry as DLAAS_ALLOWED_DATA_ENDPOINTS writes it (parse(str(e)) == e)."""
+        text = f"[{self.host}]" if ":" in self.host else self.host
+        if self.port is not None:
+            text += f":{self.port}"
+        return f"{self.scheme}://{text}" if self.scheme else text
+
     @property
     def wildcard(self) -> bool:
         return self.host.startswith("*")
@@ -97,68 +159,129 @@ class _Entry:
 
 
 @dataclass(frozen=True)
+class _Target:
+    """An endpoint URL the policy allows: named exactly by an entry (any address), or only
+    by a wildcard (public addresses only)."""
+
+    url: str  # scheme://host[:port]
+    host: str  # normalized
+    port: int
+    named: bool
+
+
+@dataclass(frozen=True)
 class EndpointPolicy:
     entries: tuple[_Entry, ...]
-    allow_loopback: bool = False
     resolve: Resolver = field(default=resolve_host, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, resolve: Resolver = resolve_host) -> EndpointPolicy:
-        entries: list[_Entry] = []
+        """The platform's own S3 endpoint (if it has one) and DLAAS_ALLOWED_DATA_ENDPOINTS.
+        Raises ValueError for an entry that is not one."""
+        entries: list[str] = []
         if settings.s3_endpoint:
-            entries.append(_Entry.parse(settings.s3_endpoint))
-        configured = settings.allowed_data_endpoints
-        if configured is not None:
-            entries += [_Entry.parse(e) for e in configured.split(",") if e.strip()]
-        # One machine (an SQLite database, or objects in the local directory): loopback is
-        # the user's own machine. A cluster has neither, and loopback there is internal.
-        one_machine = settings.resolved_database_url.startswith("sqlite") or not (
-            settings.s3_endpoint
-        )
-        return cls(tuple(entries), configured is None and one_machine, resolve)
+            entries.append(settings.s3_endpoint)
+        if settings.allowed_data_endpoints is not None:
+            entries += settings.allowed_data_endpoints.split(",")
+        return cls.of(entries, resolve)
 
-    def refusal(self, url: str) -> str | None:
-        """Why `url` may not be used as a data or results endpoint; None if it may."""
+    @classmethod
+    def of(cls, entries: Iterable[str], resolve: Resolver = resolve_host) -> EndpointPolicy:
+        """A policy of these entries (as DLAAS_ALLOWED_DATA_ENDPOINTS writes them; blank
+        ones are skipped). Raises ValueError for an entry that is not one."""
+        return cls(tuple(_Entry.parse(e) for e in entries if e.strip()), resolve)
+
+    def entries_for(self, url: str) -> tuple[str, ...]:
+        """The entries that allow `url`, as text: all a learner needs to check it again
+        (EndpointPolicy.of(them).pin(url)). Empty if none does."""
+        try:
+            parse_endpoint(url)
+        except ValueError:
+            return ()
+        parts = urlsplit(url.strip())
+        host = _normal_host(parts.hostname or "")
+        port = parts.port or _DEFAULT_PORTS[parts.scheme]
+        return tuple(str(e) for e in self.entries if e.matches(parts.scheme, host, port))
+
+    def _target(self, url: str) -> _Target:
         try:
             parse_endpoint(url)
         except ValueError as e:
-            return str(e)
+            raise EndpointRefused(str(e)) from e
         parts = urlsplit(url.strip())
         scheme = parts.scheme
         host = _normal_host(parts.hostname or "")
         port = parts.port or _DEFAULT_PORTS[scheme]
-        if self.allow_loopback and _is_loopback(host):
-            return None
-        wildcard = False
-        for entry in self.entries:
-            if entry.matches(scheme, host, port):
-                if not entry.wildcard:
-                    return None
-                wildcard = True
-        if not wildcard:
-            return (
+        matching = [e for e in self.entries if e.matches(scheme, host, port)]
+        if not matching:
+            raise EndpointRefused(
                 f"{scheme}://{parts.netloc} is not an allowed data endpoint on this platform "
                 "(the operator lists them in DLAAS_ALLOWED_DATA_ENDPOINTS)"
             )
-        addresses = self.resolve(host, port)
+        named = any(not e.wildcard for e in matching)
+        return _Target(f"{scheme}://{parts.netloc}", host, port, named)
+
+    def checked_addresses(self, host: str, port: int, *, public_only: bool) -> list[IPAddress]:
+        """What `host` resolves to, now, every address checked."""
+        addresses = list(self.resolve(host, port))
         if not addresses:
-            return f"the host {host!r} does not resolve"
-        private = [str(a) for a in addresses if not _is_public(a)]
-        if private:
-            return (
-                f"the host {host!r} resolves to a private or reserved address "
-                f"({', '.join(sorted(set(private)))}); only named endpoints may be private"
-            )
+            raise EndpointRefused(f"the host {host!r} does not resolve")
+        if public_only:
+            private = [a for a in addresses if address_kind(a) != "public"]
+            if private:
+                raise EndpointRefused(
+                    f"the host {host!r} resolves to {_described(private)}; only endpoints "
+                    "the operator names may be private"
+                )
+        return addresses
+
+    def refusal(self, url: str) -> str | None:
+        """Why `url` may not be used as a data or results endpoint; None if it may. An
+        endpoint an entry names is not resolved (the operator vouches for it); one allowed
+        by a wildcard only must resolve to public addresses only."""
+        try:
+            target = self._target(url)
+            if not target.named:
+                self.checked_addresses(target.host, target.port, public_only=True)
+        except EndpointRefused as e:
+            return str(e)
         return None
 
+    def pin(self, url: str) -> AddressPins:
+        """Check `url` again, now, to connect to it: resolve its host once, check every
+        address (as `refusal` does, and a named endpoint must resolve too), and return the
+        pins its client connects through. Raises EndpointRefused."""
+        target = self._target(url)
+        addresses = self.checked_addresses(target.host, target.port, public_only=not target.named)
+        return AddressPins(self, target, str(addresses[0]))
 
-def _is_loopback(host: str) -> bool:
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+
+class AddressPins:
+    """Where one S3 client may connect (see service.storage.s3): its endpoint's host at the
+    address checked when the store was opened, and any other host the client names (AWS's
+    virtual-host and regional names for a bucket) at the address it resolved to the first
+    time, which must be public. Each host is resolved once, so what was checked is what
+    is connected to."""
+
+    def __init__(self, policy: EndpointPolicy, target: _Target, address: str) -> None:
+        self._policy = policy
+        self.endpoint = target.url
+        self._pins = {(target.host, target.port): address}
+        self._lock = threading.Lock()
+
+    def address(self, host: str, port: int) -> str:
+        """The address to connect to for `host`:`port`; raises EndpointRefused (naming the
+        endpoint and the address) if it is not public."""
+        key = (_normal_host(host), port)
+        with self._lock:
+            pinned = self._pins.get(key)
+            if pinned is None:
+                try:
+                    addresses = self._policy.checked_addresses(*key, public_only=True)
+                except EndpointRefused as e:
+                    raise EndpointRefused(f"the S3 endpoint {self.endpoint} is refused: {e}") from e
+                pinned = self._pins[key] = str(addresses[0])
+            return pinned
 
 
 def check_references(manifest: Manifest, policy: EndpointPolicy) -> list[FieldError]:

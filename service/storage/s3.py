@@ -7,6 +7,11 @@ and is aborted on failure, so readers never see half an object. Downloads stream
 response body. Every failure of the store itself (unreachable endpoint, missing bucket,
 refused credentials) is a StoreUnavailable whose message names the endpoint and the bucket,
 never the credentials.
+
+The client follows no redirect: an endpoint that answers with one (to a cloud metadata
+address, say) fails the operation, naming the endpoint. A user's bucket is reached through
+`connect_to` (service.storage.endpoints.AddressPins.address): every connection goes to the
+address checked for its host, the name kept for the Host header, SNI and the certificate.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import contextlib
 import io
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -25,6 +30,7 @@ import urllib3
 from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
 
 from service.storage.base import (
@@ -84,6 +90,60 @@ def check_bucket_name(name: str) -> str | None:
     return None
 
 
+class RedirectRefused(HTTPError):
+    """The endpoint answered with a redirect, which is never followed."""
+
+    def __init__(self, status: int, location: str) -> None:
+        super().__init__(f"answered {status} redirecting to {location[:200]!r}")
+        self.status = status
+        self.location = location
+
+
+class AddressRefused(HTTPError):
+    """`connect_to` refused the address a host resolves to; the message says why."""
+
+
+class _EndpointPools(urllib3.PoolManager):
+    """urllib3's pool manager, following no redirect (a 3xx with a Location raises
+    RedirectRefused), and with `connect_to` connecting each host to the address that
+    function gives (checked and pinned), keeping the name for TLS (SNI and the
+    certificate); the Host header is the client's (minio sets it)."""
+
+    def __init__(self, connect_to: Callable[[str, int], str] | None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._connect_to = connect_to
+
+    def connection_from_host(
+        self,
+        host: str | None,
+        port: int | None = None,
+        scheme: str | None = "http",
+        pool_kwargs: dict[str, Any] | None = None,
+    ) -> HTTPConnectionPool:
+        if self._connect_to is None or not host:
+            return super().connection_from_host(host, port, scheme, pool_kwargs)
+        scheme = (scheme or "http").lower()
+        port = port or (443 if scheme == "https" else 80)
+        name = host.strip("[]")
+        try:
+            address = self._connect_to(name, port)
+        except ValueError as e:
+            raise AddressRefused(str(e)) from e
+        if scheme == "https":
+            pool_kwargs = {**(pool_kwargs or {}), "server_hostname": name}
+        return super().connection_from_host(address, port, scheme, pool_kwargs)
+
+    def urlopen(  # type: ignore[override]  # as urllib3's own PoolManager.urlopen
+        self, method: str, url: str, redirect: bool = True, **kw: Any
+    ) -> urllib3.BaseHTTPResponse:
+        response = super().urlopen(method, url, redirect=False, **kw)
+        location = response.get_redirect_location()
+        if location:
+            response.drain_conn()
+            raise RedirectRefused(response.status, location)
+        return response
+
+
 class _Counting:
     """Counts what is read through it (for the size of an upload of unknown length)."""
 
@@ -140,6 +200,7 @@ class S3ObjectStore:
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
         retries: int = 2,
+        connect_to: Callable[[str, int], str] | None = None,
     ) -> None:
         netloc, secure = parse_endpoint(endpoint)
         if part_size < MIN_PART_SIZE:
@@ -149,13 +210,15 @@ class S3ObjectStore:
         self.region = region or DEFAULT_REGION
         self.part_size = part_size
         self.description = f"the S3 store at {self.endpoint} (bucket {bucket!r})"
-        http = urllib3.PoolManager(
+        http = _EndpointPools(
+            connect_to,
             timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
             maxsize=10,
             retries=urllib3.Retry(
                 total=retries,
                 connect=retries,
                 read=retries,
+                redirect=0,  # never followed (_EndpointPools), and never retried as one
                 backoff_factor=0.2,
                 status_forcelist=[500, 502, 503, 504],
             ),
@@ -192,6 +255,13 @@ class S3ObjectStore:
             return StoreUnavailable(
                 f"{where} (bucket {self.bucket!r}) failed: {error.code}: {error.message}"
             )
+        if isinstance(error, RedirectRefused):
+            return StoreUnavailable(
+                f"{where} (bucket {self.bucket!r}) {error}; the platform follows no "
+                "redirects from S3 endpoints"
+            )
+        if isinstance(error, AddressRefused):
+            return StoreUnavailable(f"{where} (bucket {self.bucket!r}) cannot be used: {error}")
         if isinstance(error, MaxRetryError | NewConnectionError):
             reason = error.reason if isinstance(error, MaxRetryError) else error
             text = str(reason)

@@ -270,7 +270,7 @@ def test_the_allowlist_is_a_setting(tmp_path: Path, database_url: str) -> None:
             refs = references(internal, results_endpoint=internal)
             ok = submit(client, tenant, manifest_yaml(**refs))
             assert ok.status_code == 201, ok.text
-            # Setting the list replaces the loopback default.
+            # Only what the list names.
             r = submit(client, tenant, manifest_yaml(**references("http://127.0.0.1:9000")))
             assert r.status_code == 422
     finally:

@@ -145,3 +145,70 @@ def test_dlaas_up_keeps_everything_in_the_s3_endpoint(up: tuple[str, Path], s3: 
     # Deleting the training empties its place in the bucket.
     assert httpx.delete(f"{url}/v1/trainings/{tid}", headers=me).status_code == 204
     assert s3.objects("dlaas-platform", f"trainings/{tid}/") == {}
+
+
+COPY_DATA_PY = """
+import os, pathlib, shutil
+shutil.copy(pathlib.Path(os.environ["DATA_DIR"]) / "a.txt", os.environ["RESULT_DIR"])
+"""
+
+
+def test_by_default_only_the_platform_endpoint_may_hold_a_users_data(
+    up: tuple[str, Path], s3: S3Server
+) -> None:
+    """On one machine, with no DLAAS_ALLOWED_DATA_ENDPOINTS, a manifest may name the
+    platform's own S3 endpoint, and no other loopback port."""
+    url, home = up
+    s3.make_bucket("user-data", {"train/a.txt": b"alpha"})
+    admin = {"Authorization": f"Bearer {(home / 'admin_api_key').read_text().strip()}"}
+    r = httpx.post(f"{url}/v1/tenants", json={"name": "s3user", "plan": "standard"}, headers=admin)
+    me = {"Authorization": f"Bearer {r.json()['api_key']}"}
+
+    def submit(endpoint: str) -> httpx.Response:
+        manifest = {
+            "name": "with-data",
+            "framework": {"name": "tensorflow", "version": "2.21", "command": "python3 c.py"},
+            "compute_configuration": {"name": "K80", "nodes": 1},
+            "training_data_reference": {
+                "type": "s3",
+                "connection": {
+                    "endpoint_url": endpoint,
+                    "access_key_id": ACCESS_KEY,
+                    "secret_access_key": SECRET_KEY,
+                },
+                "source": {"bucket": "user-data", "prefix": "train"},
+            },
+        }
+        return httpx.post(
+            f"{url}/v1/trainings",
+            files={
+                "manifest": ("m.yaml", yaml.safe_dump(manifest)),
+                "model_definition": ("c.zip", zip_of({"c.py": COPY_DATA_PY})),
+            },
+            headers=me,
+        )
+
+    other = f"http://127.0.0.1:{free_port()}"
+    r = submit(other)
+    assert r.status_code == 422, r.text
+    assert [(e["field"], e["message"]) for e in r.json()["errors"]] == [
+        (
+            "/training_data_reference/connection/endpoint_url",
+            f"{other} is not an allowed data endpoint on this platform (the operator lists "
+            "them in DLAAS_ALLOWED_DATA_ENDPOINTS)",
+        )
+    ]
+
+    r = submit(s3.url)
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while (t := httpx.get(f"{url}/v1/trainings/{tid}", headers=me).json())["status"] not in (
+        "COMPLETED",
+        "FAILED",
+    ):
+        assert time.monotonic() < deadline, t
+        time.sleep(0.2)
+    assert t["status"] == "COMPLETED", t
+    r = httpx.get(f"{url}/v1/trainings/{tid}/results/a.txt", headers=me)
+    assert r.content == b"alpha"

@@ -1,10 +1,12 @@
 """Trainings on S3 end to end: the platform's store is a real S3 endpoint (moto's server),
 the training data comes from a user's bucket and the results also go to one; failures of
-users' stores fail the training with a reason naming the store and the bucket."""
+users' stores (a redirect among them) fail the training with a reason naming the store and
+the bucket, and the learner checks a user's endpoint again when it connects."""
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import stat
@@ -22,16 +24,25 @@ from service.domain.records import Secret
 from service.domain.states import TrainingState
 from service.logs.config import LogSinkConfig
 from service.platform import Platform
+from service.storage import endpoints
 from service.storage.config import BucketLocation, StoreConfig
 from service.trainings import record_transition
 from tests.conftest import submit, zip_of
 from tests.integration.platform_harness import LivePlatform, live_platform
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
+from tests.s3_server import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    S3Server,
+    free_port,
+    moto_server,
+    stub_server,
+)
 from worker.backends.base import Observation
 from worker.learner.host import FileRendezvous
 from worker.learner.phases import Learner
 from worker.learner.spec import LearnerSpec
 from worker.learner.status import FileStatusReporter
+from worker.learner.transfers import PlatformError, Transfers
 from worker.monitor import Monitor
 
 pytestmark = pytest.mark.integration
@@ -80,6 +91,8 @@ def live(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Liv
         DLAAS_S3_ACCESS_KEY=ACCESS_KEY,
         DLAAS_S3_SECRET_KEY=SECRET_KEY,
         DLAAS_S3_BUCKET="platform",
+        # The closed port and the redirecting stub beside moto, on any port of loopback.
+        DLAAS_ALLOWED_DATA_ENDPOINTS="127.0.0.1",
     ) as p:
         yield p
 
@@ -137,6 +150,10 @@ def test_data_in_from_a_user_bucket_results_out_to_both(live: LivePlatform, s3: 
     spec = live.settings.work_dir / tid / "learner-1" / "spec.json"
     assert stat.S_IMODE(spec.stat().st_mode) == 0o600
     assert secrets_in_processes() == []
+    # With the entries that allow its endpoints, which the learner checks again.
+    written = json.loads(spec.read_text())
+    for name in ("training_data", "results_target"):
+        assert written[name]["store"]["allowed_endpoints"] == [s3.url, "127.0.0.1"]
     done = live.wait_for(tid, {"COMPLETED", "FAILED"}, timeout=60)
     assert done["status"] == "COMPLETED", done
     # (DOWNLOADING and STORING may be too short for the monitor to see.)
@@ -222,18 +239,52 @@ def test_failing_user_stores_fail_the_training_naming_store_and_bucket(
     assert time.monotonic() - started < 45
 
 
+def test_a_redirect_to_the_metadata_address_fails_the_training_naming_the_endpoint(
+    live: LivePlatform,
+) -> None:
+    """An endpoint that answers every request with a redirect (to the cloud metadata
+    address, or to another server that would answer) is not followed: the training FAILS
+    naming the endpoint, and nothing reaches the redirect's target."""
+    metadata = "http://169.254.169.254/latest/meta-data/"
+    with (
+        stub_server() as target,
+        stub_server(307, metadata) as to_metadata,
+        stub_server(307, f"{target.url}/latest/meta-data/") as to_target,
+    ):
+        submitted = {
+            stub.url: live.submit(manifest("python3 train.py", stub.url, results_bucket=None), CODE)
+            for stub in (to_metadata, to_target)
+        }
+        for url, t in submitted.items():
+            assert t["status"] == "QUEUED", t  # allowed at submission
+            done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+            assert done["status"] == "FAILED", done
+            message = done["status_message"]
+            assert f"the S3 store at {url} (bucket 'user-data') answered 307 redirecting" in (
+                message
+            ), message
+            assert "the platform follows no redirects" in message
+            assert "RUNNING" not in [e["status"] for e in done["status_history"]]
+        assert to_metadata.requests and to_target.requests  # asked, and answered a redirect
+        assert target.requests == []  # never followed
+
+
 # -- the pieces: download progress in the status file and in the training -----------------
 
 
-def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Path) -> None:
+def learner_spec(
+    tmp_path: Path, endpoint: str, allowed: tuple[str, ...] | None = None
+) -> LearnerSpec:
+    """A learner's spec whose training data is train/ of user-data at `endpoint`."""
     user = StoreConfig(
         kind="s3",
-        endpoint=s3.url,
+        endpoint=endpoint,
         access_key=Secret(USER_KEY),
         secret_key=Secret(USER_SECRET),
         bucket="user-data",
+        allowed_endpoints=allowed,
     )
-    spec = LearnerSpec(
+    return LearnerSpec(
         training_id="t1",
         learner_id=1,
         num_learners=1,
@@ -251,6 +302,10 @@ def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Pat
         results_prefix="trainings/t1/results/",
         training_data=BucketLocation(store=user, prefix="train/"),
     )
+
+
+def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Path) -> None:
+    spec = learner_spec(tmp_path, s3.url)
     spec.write(tmp_path / "spec.json")
     assert USER_SECRET in (tmp_path / "spec.json").read_text()  # the one place it is
     assert USER_SECRET not in repr(spec)
@@ -270,6 +325,39 @@ def test_download_progress_is_written_by_the_learner(s3: S3Server, tmp_path: Pat
     assert (tmp_path / "data" / "a.txt").read_bytes() == b"alpha"
     assert (tmp_path / "data" / "sub" / "b.bin").read_bytes() == DATA["train/sub/b.bin"]
     assert sorted(p.name for p in (tmp_path / "data").rglob("*")) == ["a.txt", "b.bin", "sub"]
+
+
+def test_the_learner_checks_the_endpoint_again_and_connects_where_it_checked(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The learner resolves a user's endpoint itself: a name the operator lists is
+    reached at the address it resolved to (here a name no DNS knows, at moto's address);
+    a name allowed by a wildcard that now resolves to a private address is refused, naming
+    the endpoint and the address."""
+    port = int(s3.netloc.rsplit(":", 1)[1])
+    dns = {"s3-pinned": "127.0.0.1", "data.example.com": "10.0.0.5"}
+    monkeypatch.setattr(
+        endpoints,
+        "resolve_host",
+        lambda host, port: [ipaddress.ip_address(dns[host])] if host in dns else [],
+    )
+    cases = {
+        "s3-pinned": ("s3-pinned",),  # one label: moto takes the bucket from the path
+        "data.example.com": ("*.example.com",),
+    }
+    for name, allowed in cases.items():
+        spec = learner_spec(tmp_path / name, f"http://{name}:{port}", allowed)
+        if name == "s3-pinned":
+            Transfers(spec, tmp_path / name, tmp_path / name / "log.txt").fetch_data(print)
+            assert (tmp_path / name / "data" / "a.txt").read_bytes() == b"alpha"
+            continue
+        with pytest.raises(PlatformError) as refused:
+            Transfers(spec, tmp_path / name, tmp_path / name / "log.txt").fetch_data(print)
+        assert str(refused.value) == (
+            f"the S3 endpoint http://{name}:{port} is refused: the host '{name}' resolves "
+            "to 10.0.0.5 (private); only endpoints the operator names may be private"
+        )
+        assert not (tmp_path / name / "data").exists()
 
 
 class _Downloading:

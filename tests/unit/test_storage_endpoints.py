@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import json
 import os
+import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from service.api.results import RangeNotSatisfiable, byte_range
+from service.domain.records import Secret, SpecError
 from service.secrets import (
     MASK,
     SecretBox,
@@ -21,7 +26,10 @@ from service.secrets import (
     seal_manifest,
 )
 from service.settings import Settings
-from service.storage.endpoints import EndpointPolicy, IPAddress
+from service.storage import StoreConfigError, open_store
+from service.storage.config import BucketLocation, StoreConfig
+from service.storage.endpoints import EndpointPolicy, IPAddress, address_kind
+from service.storage.s3 import AddressRefused, S3ObjectStore
 
 DNS = {
     "s3.example.com": ["52.1.2.3"],
@@ -61,20 +69,33 @@ def test_cluster_default_is_the_platform_endpoint_only(
     assert (policy(tmp_path, **CLUSTER).refusal(url) is None) is allowed
 
 
+ONE_MACHINE = {"s3_endpoint": "http://127.0.0.1:9000"}  # SQLite: dlaas up with a MinIO
+
+
 @pytest.mark.parametrize(
     ("url", "allowed"),
     [
-        ("http://127.0.0.1:9000", True),
-        ("http://localhost:1234", True),
-        ("http://[::1]:9000", True),
-        ("http://127.5.5.5", True),
+        ("http://127.0.0.1:9000", True),  # the platform's own endpoint
+        ("http://127.0.0.1:9100", False),  # any other loopback port is not
+        ("http://localhost:9000", False),
+        ("http://[::1]:9000", False),
+        ("http://127.5.5.5", False),
         ("http://169.254.169.254", False),
         ("http://192.168.1.10:9000", False),
         ("http://s3.example.com", False),
     ],
 )
-def test_one_machine_default_adds_loopback(tmp_path: Path, url: str, allowed: bool) -> None:
-    assert (policy(tmp_path).refusal(url) is None) is allowed
+def test_one_machine_default_is_the_platform_endpoint_only(
+    tmp_path: Path, url: str, allowed: bool
+) -> None:
+    assert (policy(tmp_path, **ONE_MACHINE).refusal(url) is None) is allowed
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000", "http://localhost:1234"])
+def test_without_an_s3_endpoint_no_data_endpoint_is_allowed_by_default(
+    tmp_path: Path, url: str
+) -> None:
+    assert "not an allowed data endpoint" in (policy(tmp_path).refusal(url) or "")
 
 
 def test_configured_entries(tmp_path: Path) -> None:
@@ -95,7 +116,7 @@ def test_configured_entries(tmp_path: Path) -> None:
     assert p.refusal("http://other.example.com") == "the host 'other.example.com' does not resolve"
     assert "169.254.169.254" in (p.refusal("http://evil.example.com") or "")
     assert "10.0.0.7" in (p.refusal("https://mixed.example.com") or "")
-    assert "::ffff:7f00:1" in (p.refusal("https://v6.example.com") or "")
+    assert "::ffff:7f00:1 (loopback)" in (p.refusal("https://v6.example.com") or "")
     anything = policy(tmp_path, **CLUSTER, allowed_data_endpoints="*")
     assert anything.refusal("https://s3.example.com") is None
     assert anything.refusal("http://evil.example.com") is not None
@@ -114,12 +135,215 @@ def test_configured_entries(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_endpoints_are_refused(tmp_path: Path, url: str) -> None:
-    assert policy(tmp_path).refusal(url) is not None
+    assert policy(tmp_path, allowed_data_endpoints="127.0.0.1, *").refusal(url) is not None
 
 
 def test_a_bad_allowlist_entry_is_a_startup_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ftp://x"):
         policy(tmp_path, allowed_data_endpoints="ftp://x")
+
+
+# -- addresses: what an IPv6 address that carries an IPv4 one is ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("52.1.2.3", "public"),
+        ("127.0.0.1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("10.0.0.5", "private"),
+        ("100.64.0.1", "reserved"),  # shared address space (carrier-grade NAT)
+        ("0.0.0.0", "unspecified"),  # noqa: S104  # an address, not a bind
+        ("224.0.0.1", "multicast"),
+        ("2606:4700::1111", "public"),
+        ("::1", "loopback"),
+        ("::", "unspecified"),
+        ("fe80::1", "link-local"),
+        ("fd00::1", "private"),
+        ("fec0::1", "private"),  # site-local
+        ("4000::1", "reserved"),  # outside 2000::/3
+        ("ff02::1", "multicast"),
+        # IPv4-mapped ::ffff:a.b.c.d
+        ("::ffff:169.254.169.254", "link-local"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:52.1.2.3", "public"),
+        # IPv4-compatible ::a.b.c.d
+        ("::a9fe:a9fe", "link-local"),
+        ("::127.0.0.1", "loopback"),
+        ("::10.0.0.5", "private"),
+        ("::52.1.2.3", "public"),
+        # NAT64, the well-known prefix 64:ff9b::/96, and the local-use 64:ff9b:1::/48
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+        ("64:ff9b::127.0.0.1", "loopback"),
+        ("64:ff9b::10.0.0.5", "private"),
+        ("64:ff9b::52.1.2.3", "public"),
+        ("64:ff9b:1::a9fe:a9fe", "reserved"),
+        # 6to4 2002:AABB:CCDD::/48
+        ("2002:7f00:1::", "loopback"),
+        ("2002:a9fe:a9fe::1", "link-local"),
+        ("2002:a00:5::", "private"),
+        ("2002:3401:203::", "public"),
+        # Teredo 2001::/32: the server and the (obfuscated) client
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "private"),  # client 192.0.2.45
+        ("2001:0:3401:203:0:f5ff:5601:5601", "link-local"),  # client 169.254.169.254
+        ("2001:0:3401:203:0:f5ff:cbfe:fcfc", "public"),  # 52.1.2.3, client 52.1.3.3
+    ],
+)
+def test_address_kinds(address: str, kind: str) -> None:
+    assert address_kind(ipaddress.ip_address(address)) == kind
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe", "2002:7f00:1::", "::a9fe:a9fe"])
+def test_a_wildcard_host_on_an_ipv6_form_of_a_private_address_is_refused(
+    tmp_path: Path, address: str
+) -> None:
+    resolve = lambda host, port: [ipaddress.ip_address(address)]  # noqa: E731
+    p = EndpointPolicy.from_settings(
+        Settings(home=tmp_path, **CLUSTER, allowed_data_endpoints="*"),  # type: ignore[arg-type]
+        resolve,
+    )
+    why = p.refusal("https://data.example.com") or ""
+    assert f"resolves to {address} (" in why
+    assert p.refusal(f"http://[{address}]:9000") is not None  # and the literal itself
+
+
+# -- the learner's check: again, at use, pinned to the address checked ---------------------
+
+
+class Rebinding:
+    """A name that resolves to a public address the first time, then elsewhere."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = [ipaddress.ip_address(a) for a in answers]
+        self.calls: list[str] = []
+
+    def __call__(self, host: str, port: int) -> Sequence[IPAddress]:
+        self.calls.append(host)
+        return [self.answers[min(len(self.calls), len(self.answers)) - 1]]
+
+
+def user_store(url: str, allowed: tuple[str, ...] | None) -> StoreConfig:
+    return StoreConfig(
+        kind="s3",
+        endpoint=url,
+        bucket="data",
+        access_key=Secret("k"),
+        secret_key=Secret("s"),
+        allowed_endpoints=allowed,
+    )
+
+
+@pytest.mark.parametrize("private", ["10.0.0.5", "169.254.169.254", "64:ff9b::a9fe:a9fe"])
+def test_a_name_that_re_resolves_to_a_private_address_is_refused_at_use(
+    tmp_path: Path, private: str
+) -> None:
+    url = "http://data.example.com:9000"
+    dns = Rebinding("52.1.2.3", private)
+    p = EndpointPolicy.from_settings(
+        Settings(home=tmp_path, **CLUSTER, allowed_data_endpoints="*.example.com"),  # type: ignore[arg-type]
+        dns,
+    )
+    assert p.refusal(url) is None  # at submission: public
+    config = user_store(url, p.entries_for(url))  # what the worker hands the learner
+    assert config.allowed_endpoints == ("*.example.com",)
+    with pytest.raises(StoreConfigError) as refused:
+        open_store(config, resolve=dns)  # at use: the learner resolves again
+    message = str(refused.value)
+    assert message.startswith(f"the S3 endpoint {url} is refused: ")
+    assert f"resolves to {private} (" in message
+    assert dns.calls == ["data.example.com", "data.example.com"]
+
+
+def test_the_store_connects_to_the_address_it_checked(tmp_path: Path) -> None:
+    url = "https://data.example.com"
+    dns = Rebinding("52.1.2.3", "52.1.2.4", "10.0.0.5")
+    store = open_store(user_store(url, ("*.example.com",)), resolve=dns)
+    assert isinstance(store, S3ObjectStore)
+    pools = store.client._http  # what minio sends its requests through
+    assert isinstance(pools, urllib3.PoolManager)
+    for _ in range(3):  # every connection: the address checked, the name for TLS
+        pool = pools.connection_from_url(f"{url}/data/key")
+        assert (pool.host, pool.port) == ("52.1.2.3", 443)
+        assert pool.conn_kw["server_hostname"] == "data.example.com"
+    assert dns.calls == ["data.example.com"]  # resolved once
+    # Another name the client makes of the endpoint (AWS's regional and virtual-host
+    # names) is resolved once too, and must be public.
+    for _ in range(2):
+        pool = pools.connection_from_url("https://data.s3.us-east-1.example.com/key")
+        assert (pool.host, pool.conn_kw["server_hostname"]) == (
+            "52.1.2.4",
+            "data.s3.us-east-1.example.com",
+        )
+    with pytest.raises(AddressRefused, match=r"10\.0\.0\.5 \(private\)"):
+        pools.connection_from_url("https://other.example.com/key")
+    assert dns.calls == [
+        "data.example.com",
+        "data.s3.us-east-1.example.com",
+        "other.example.com",
+    ]
+
+
+def test_a_named_endpoint_may_be_private_but_must_resolve(tmp_path: Path) -> None:
+    store = open_store(
+        user_store("http://minio.internal:9000", ("minio.internal:9000",)), resolve=fake_resolve
+    )
+    assert isinstance(store, S3ObjectStore)
+    pool = store.client._http.connection_from_url("http://minio.internal:9000/data")
+    assert (pool.host, pool.port) == ("10.1.2.3", 9000)
+    with pytest.raises(StoreConfigError, match=re.escape("'gone.internal' does not resolve")):
+        open_store(
+            user_store("http://gone.internal:9000", ("gone.internal",)), resolve=fake_resolve
+        )
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "words"),
+    [
+        ("http://10.0.0.5:9000", (), "not an allowed data endpoint"),  # no entry any more
+        ("http://10.0.0.5:9000", ("10.0.0.5:9001",), "not an allowed data endpoint"),
+        ("http://10.0.0.5:9000", ("ftp://x",), "ftp://x"),
+        ("http://evil.example.com", ("*.example.com",), "169.254.169.254 (link-local)"),
+    ],
+)
+def test_what_the_learner_refuses(url: str, allowed: tuple[str, ...], words: str) -> None:
+    with pytest.raises(StoreConfigError) as refused:
+        open_store(user_store(url, allowed), resolve=fake_resolve)
+    assert str(refused.value).startswith(f"the S3 endpoint {url} is refused: ")
+    assert words in str(refused.value)
+
+
+def test_the_platform_store_is_not_checked() -> None:
+    resolve = Rebinding("10.0.0.5")
+    store = open_store(user_store("http://10.9.9.9:9000", None), resolve=resolve)
+    assert isinstance(store, S3ObjectStore) and resolve.calls == []
+
+
+def test_the_entries_travel_in_the_learner_spec(tmp_path: Path) -> None:
+    p = policy(
+        tmp_path,
+        **CLUSTER,
+        allowed_data_endpoints="*.example.com, https://s3.example.com, [fd00::1]:9000, *",
+    )
+    assert p.entries_for("https://s3.example.com") == (
+        "*.example.com",
+        "https://s3.example.com:443",
+        "*",
+    )
+    assert p.entries_for("http://[fd00::1]:9000") == ("[fd00::1]:9000", "*")
+    assert p.entries_for("http://minio:9000") == ("http://minio:9000", "*")
+    assert p.entries_for("ftp://minio") == ()
+    for entry in p.entries:
+        assert EndpointPolicy.of([str(entry)]).entries == (entry,)
+    location = BucketLocation(store=user_store("https://s3.example.com", ("*.example.com",)))
+    data = json.loads(json.dumps(dataclasses.asdict(location), default=str))
+    assert data["store"]["allowed_endpoints"] == ["*.example.com"]
+    assert BucketLocation.from_dict(data, "spec.training_data").store.allowed_endpoints == (
+        "*.example.com",
+    )
+    data["store"]["allowed_endpoints"] = [1]
+    with pytest.raises(SpecError, match="allowed_endpoints"):
+        BucketLocation.from_dict(data, "spec.training_data")
 
 
 @pytest.mark.parametrize(
