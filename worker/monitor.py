@@ -34,12 +34,13 @@ from service.db.models import Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
 from service.domain.lifecycle import Action, decide, passed_through
+from service.domain.reports import Malformed, check_report, clean_text
 from service.domain.states import TrainingState
 from service.platform import Platform
 from service.settings import Settings
 from service.trainings import delete_training, record_learner_states, record_transition
 from worker.backends import make_backend
-from worker.backends.base import Backend
+from worker.backends.base import Backend, Observation
 
 log = logging.getLogger("dlaas.monitor")
 
@@ -48,6 +49,13 @@ LAUNCH_RETRY = timedelta(seconds=15)
 # Stop requests are re-sent this often until the learners are gone.
 STOP_RETRY = 10.0
 _LOCK_ID = 0x444C4142
+# A training whose reconciliation raised in this many passes in a row, over at least this
+# long, is failed: an error that repeats is the training's, not a passing hiccup.
+FAILING_PASSES = 3
+FAILING_GRACE = timedelta(seconds=30)
+# Learners' clocks may differ this much from the monitor's: a phase time further outside
+# the training's lifetime makes a malformed report.
+CLOCK_SKEW = timedelta(hours=1)
 
 
 # How often a monitor waiting for its next pass looks whether it was asked to stop.
@@ -59,26 +67,108 @@ class Monitor:
         self.platform = platform
         self.backend = backend
         self._sent: dict[tuple[str, str], float] = {}
+        # Trainings whose reconciliation failed: since when, and for how many passes.
+        self._failing: dict[str, tuple[datetime, int]] = {}
 
     # -- one pass ------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> None:
         now = now or utcnow()
         outbox: list[tuple[str, str]] = []
-        with self.platform.sessions() as session:
-            for training in repository.active_trainings(session):
-                self._reconcile(session, training, now, outbox)
+        try:
+            with self.platform.sessions() as session:
+                trainings = repository.active_trainings(session)
+                ids = [t.id for t in trainings]
+                for training_id, training in zip(ids, trainings, strict=True):
+                    self._reconcile_isolated(session, training_id, training, now, outbox)
+                for training_id in set(self._failing) - set(ids):
+                    del self._failing[training_id]  # ended, or deleted: no longer watched
+                self._admit(session, outbox)
+                session.commit()
+                self._delete_requested(session)
+        finally:
+            # What was decided is committed: send it even if a later step of the pass failed.
+            for task, training_id in outbox:
+                self._send(task, training_id)
+
+    def _reconcile_isolated(
+        self,
+        session: Session,
+        training_id: str,
+        training: Training,
+        now: datetime,
+        outbox: list[tuple[str, str]],
+    ) -> None:
+        """Reconcile one training, committed on its own: whatever its learners reported and
+        whatever went wrong with it, the other trainings' reconciliation goes on.
+
+        A malformed report fails the training at once. Any other error is logged and the
+        training's changes rolled back (a fresh transaction, so PostgreSQL's aborted state
+        does not carry over); the next pass tries again, and a training that has failed
+        for FAILING_PASSES passes and FAILING_GRACE is failed, not watched forever."""
+        sends: list[tuple[str, str]] = []
+        try:
+            malformed = self._reconcile(session, training, now, sends)
+            if malformed is not None:
+                log.warning("training %s: %s", training_id, malformed.message)
+                self._fail(training, malformed.message, now)
+                sends = [(FINALIZE, training_id)]
             session.commit()
-            self._admit(session, outbox)
+        except Exception as e:
+            session.rollback()
+            first, passes = self._failing.get(training_id, (now, 0))
+            passes += 1
+            self._failing[training_id] = (first, passes)
+            # The whole story the first time; after that, one line a pass.
+            log.warning(
+                "training %s: reconciling failed (%d pass(es) in a row): %s",
+                training_id,
+                passes,
+                type(e).__name__,
+                exc_info=passes == 1,
+            )
+            if passes >= FAILING_PASSES and now - first >= FAILING_GRACE:
+                self._give_up(session, training_id, training, now, outbox)
+            return
+        self._failing.pop(training_id, None)
+        outbox.extend(sends)
+
+    def _give_up(
+        self,
+        session: Session,
+        training_id: str,
+        training: Training,
+        now: datetime,
+        outbox: list[tuple[str, str]],
+    ) -> None:
+        """Fail a training whose reconciliation keeps failing (its learners stopped and
+        cleaned up by FINALIZE); if even that fails, the next pass tries again."""
+        passes = self._failing[training_id][1]
+        message = (
+            f"the monitor could not observe or record this training for {passes} passes in a "
+            "row; it was failed rather than left running unwatched"
+        )
+        try:
+            self._fail(training, message, now)
             session.commit()
-            self._delete_requested(session)
-            session.commit()
-        for task, training_id in outbox:
-            self._send(task, training_id)
+        except Exception:
+            session.rollback()
+            log.exception("training %s: could not be failed either", training_id)
+            return
+        log.error("training %s: failed after %d failed passes", training_id, passes)
+        del self._failing[training_id]
+        outbox.append((FINALIZE, training_id))
+
+    @staticmethod
+    def _fail(training: Training, message: str, now: datetime) -> None:
+        if not TrainingState(training.status).terminal:
+            record_transition(training, TrainingState.FAILED, message, at=now)
 
     def _reconcile(
         self, session: Session, training: Training, now: datetime, outbox: list[tuple[str, str]]
-    ) -> None:
+    ) -> Malformed | None:
+        """Apply what the backend observed of the training; a malformed report is returned
+        (nothing of it recorded)."""
         observation = self.backend.observe(training.id)
         state = TrainingState(training.status)
         if observation is None:
@@ -87,13 +177,27 @@ class Monitor:
                 outbox.append((FINALIZE, training.id))
             elif state == TrainingState.PENDING and now - training.updated_at > LAUNCH_RETRY:
                 outbox.append((LAUNCH, training.id))  # the launch was lost: send it again
-            return
-        record_learner_states(training, observation.learners)
+            return None
+        if not isinstance(observation, Observation):
+            return Malformed(f"the backend returned {type(observation).__name__}")
+        report = check_report(
+            observation.learners,
+            observation.primaries,
+            observation.notes,
+            learner_ids=[lr.learner_id for lr in training.learners],
+            window=(
+                (training.created_at - CLOCK_SKEW).timestamp(),
+                (now + CLOCK_SKEW).timestamp(),
+            ),
+        )
+        if isinstance(report, Malformed):
+            return report
+        record_learner_states(training, report.learners)
         manifest_runtime = training.manifest.get("max_runtime")
         decision = decide(
             state,
-            observation.learners,
-            observation.primaries,
+            report.learners,
+            report.primaries,
             stop_requested=training.stop_requested_at is not None,
             started_at=training.started_at,
             max_runtime=int(manifest_runtime) if manifest_runtime else None,
@@ -101,22 +205,23 @@ class Monitor:
         )
         if decision.state is not None:
             message = decision.message
-            if message is None and observation.notes:
-                message = "; ".join(observation.notes)
-            for skipped, at in passed_through(state, decision.state, observation.learners):
+            if message is None and report.notes:
+                message = clean_text("; ".join(report.notes))
+            for skipped, at in passed_through(state, decision.state, report.learners):
                 record_transition(training, skipped, None, at=datetime.fromtimestamp(at, UTC))
             record_transition(training, decision.state, message, at=now)
             log.info("training %s: %s -> %s %s", training.id, state, decision.state, message or "")
         elif state == TrainingState.DOWNLOADING:
             # The training data's download progress, shown while it runs (no transition).
             progress = next(
-                (o.message for o in observation.learners if o.phase == "DOWNLOADING" and o.message),
+                (o.message for o in report.learners if o.phase == "DOWNLOADING" and o.message),
                 None,
             )
             if progress is not None and progress != training.status_message:
                 training.status_message = progress
         for action in decision.actions:
             outbox.append((FINALIZE if action == Action.FINALIZE else STOP, training.id))
+        return None
 
     def _admit(self, session: Session, outbox: list[tuple[str, str]]) -> None:
         queued = repository.queued_trainings(session)
@@ -156,8 +261,19 @@ class Monitor:
                 )
 
     def _delete_requested(self, session: Session) -> None:
+        """Delete the trainings whose deletion was asked for, each committed on its own: one
+        that cannot be deleted now (its store is down) is tried again next pass, and does
+        not hold back the others."""
         for training in repository.trainings_to_delete(session):
-            delete_training(session, self.platform.store, self.platform.logs, training)
+            training_id = training.id
+            try:
+                delete_training(session, self.platform.store, self.platform.logs, training)
+                session.commit()
+            except Exception:
+                session.rollback()
+                log.exception(
+                    "training %s: could not be deleted; trying again next pass", training_id
+                )
 
     def _send(self, task: str, training_id: str) -> None:
         key = (task, training_id)
