@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from service import sandbox
 from service.logs.base import LogRecord
 from service.logs.config import LogSinkConfig
 from service.logs.files import FileLogStore
+from service.sandbox.limits import Enforcement
 from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
 from worker.learner.host import LocalHost
@@ -37,6 +39,20 @@ PREFIX = f"trainings/{TID}/results/"
 GRACE = 0.5
 
 SCRIPTS = {
+    "limits.py": """
+        import os
+        print("affinity", sorted(os.sched_getaffinity(0)), flush=True)
+        try:
+            block = bytearray(768 * 1024 * 1024)
+            print("allocated", len(block), flush=True)
+        except MemoryError:
+            print("memory error", flush=True)
+    """,
+    "peek.py": """
+        import os, sys
+        for path in sys.argv[1:]:
+            print(path, "visible" if os.path.exists(path) else "invisible", flush=True)
+    """,
     "train.py": """
         import json, os, sys
         print("hello from learner", os.environ["LEARNER_ID"], flush=True)
@@ -497,3 +513,41 @@ def test_logs_go_to_redis_when_the_sink_is_redis(tmp_path: Path) -> None:
     finally:
         redis_store.delete(training_id)
         redis_store.close()
+
+
+def test_the_hosts_limits_apply_to_the_command(tmp_path: Path) -> None:
+    learner = Learner(
+        tmp_path,
+        ["limits.py"],
+        limits=Enforcement(rlimit_as=512 * 1024 * 1024, cpu_affinity=(0,)),
+    )
+    assert learner.run() == 0, learner.stderr
+    assert learner.uploaded_log_lines() == ["affinity [0]", "memory error"]
+    unlimited = Learner(tmp_path / "unlimited", ["limits.py"])
+    assert unlimited.run() == 0, unlimited.stderr
+    assert unlimited.uploaded_log_lines()[1] == f"allocated {768 * 1024 * 1024}"
+
+
+@pytest.mark.skipif(not sandbox.probe().available, reason=sandbox.probe().why)
+def test_the_command_runs_behind_the_hosts_sandbox(tmp_path: Path) -> None:
+    """The wrapper reads its spec (credentials) and writes its status; the command, in
+    the sandbox the host names, sees neither, nor the object store."""
+    base = tmp_path / "learner-1"
+    writable = tuple(str(base / d) for d in ("model", "data", "result", "logs", "checkpoint"))
+    for d in writable:
+        Path(d).mkdir(parents=True)
+    policy = sandbox.SandboxPolicy(writable=writable, readonly=sandbox.runtime_paths())
+    bwrap = sandbox.require()
+    private = [str(tmp_path / "spec.json"), str(base / "wrapper" / "status.json")]
+    learner = Learner(
+        tmp_path,
+        ["peek.py", *private, str(tmp_path / "store"), writable[0]],
+        run_prefix=sandbox.argv(policy, bwrap),
+    )
+    assert learner.run() == 0, learner.stderr
+    assert learner.uploaded_log_lines() == [
+        *(f"{path} invisible" for path in private),
+        f"{tmp_path / 'store'} invisible",
+        f"{writable[0]} visible",
+    ]
+    assert learner.status["phase"] == "COMPLETED"

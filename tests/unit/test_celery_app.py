@@ -4,6 +4,7 @@ and run on a platform built once from the settings the app was made with."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ def test_tasks_run_on_a_runtime_built_once_from_the_apps_settings(
 ) -> None:
     built: list[Settings] = []
     stopped: list[tuple[object, str]] = []
-    backend = object()
+    backend = SimpleNamespace(unsandboxed_reason=lambda: None)
 
     def from_settings(settings: Settings) -> object:
         built.append(settings)

@@ -37,7 +37,8 @@ def rank_learner(env: dict[str, str], ranks: dict[str, Any], host: str) -> dict[
 def rank_environment(env: dict[str, str], learner: dict[str, Any]) -> dict[str, str]:
     """The environment a rank of `learner` runs with."""
     out = {**env, **learner["env"]}
-    if out.get("DLAAS_MAP_GPU_BY_LOCAL_RANK") == "1" and "OMPI_COMM_WORLD_LOCAL_RANK" in out:
+    # The launcher's instruction to this prefix, not the user's business.
+    if out.pop("DLAAS_MAP_GPU_BY_LOCAL_RANK", None) == "1" and "OMPI_COMM_WORLD_LOCAL_RANK" in out:
         out["CUDA_VISIBLE_DEVICES"] = out["OMPI_COMM_WORLD_LOCAL_RANK"]
     return out
 
