@@ -18,6 +18,7 @@ from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.logs import LogStore, open_log_store
 from service.logs.config import LogSinkConfig
+from service.private import private_dir, private_home
 from service.secrets import SecretBox, ensure_secret_key
 from service.settings import Settings
 from service.storage import open_platform_store, platform_store_config
@@ -57,14 +58,15 @@ class Platform:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
+        # Owner-only: the home holds keys, the database and logs (service.private).
+        private_home(settings.home_dir)
         engine = make_engine(settings.resolved_database_url)
-        (settings.home_dir / "uploads").mkdir(parents=True, exist_ok=True)
+        private_dir(settings.home_dir / "uploads")
         redis_url = settings.resolved_log_store_url
-        log_sink = (
-            LogSinkConfig(kind="redis", url=redis_url)
-            if redis_url
-            else LogSinkConfig(kind="file", dir=str(settings.home_dir / "logs"))
-        )
+        if redis_url:
+            log_sink = LogSinkConfig(kind="redis", url=redis_url)
+        else:
+            log_sink = LogSinkConfig(kind="file", dir=str(private_dir(settings.home_dir / "logs")))
         EndpointPolicy.from_settings(settings)  # a bad DLAAS_ALLOWED_DATA_ENDPOINTS fails now
         return cls(
             settings=settings,
