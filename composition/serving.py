@@ -21,6 +21,7 @@ from composition.errors import EmbeddedError
 from composition.shutdown import interrupt_active_trainings
 from composition.supervisor import WorkerSupervisor
 from service.platform import Platform
+from service.private import FILE_MODE, private_home
 from service.settings import Settings
 from service.tenants import LOCAL_TENANT
 
@@ -43,10 +44,15 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _owner_only(path: str, flags: int) -> int:
+    return os.open(path, flags, FILE_MODE)
+
+
 def _lock_home(home: Path) -> IO[str]:
     """Hold $DLAAS_HOME/up.lock for this process's life: one `dlaas up` per home."""
-    home.mkdir(parents=True, exist_ok=True)
-    lock = open(home / "up.lock", "a+")  # noqa: SIM115 - held until the process ends
+    private_home(home)
+    # Held until the process ends.
+    lock = open(home / "up.lock", "a+", opener=_owner_only)  # noqa: SIM115
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from service.private import FILE_MODE
+
 # Python run as the worker's first program: ask the kernel to SIGTERM it when `dlaas up`
 # dies, then become `python -m worker` (the request survives exec).
 _WORKER_BOOT = """
@@ -30,6 +32,10 @@ if os.getppid() != int(sys.argv[1]):
     sys.exit(0)
 os.execv(sys.executable, [sys.executable, "-m", "worker"])
 """
+
+
+def _owner_only(path: str, flags: int) -> int:
+    return os.open(path, flags, FILE_MODE)
 
 
 class WorkerSupervisor:
@@ -55,7 +61,8 @@ class WorkerSupervisor:
 
     def start(self) -> None:
         if self._log is None:
-            self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept for the child's life
+            # Kept for the child's life; owner-only, like everything in DLAAS_HOME.
+            self._log = open(self.log_path, "ab", opener=_owner_only)  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _WORKER_BOOT, str(os.getpid())],
             stdin=subprocess.DEVNULL,

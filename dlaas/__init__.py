@@ -33,6 +33,7 @@ from dlaas.errors import (
     WaitTimeout,
 )
 from dlaas.models import (
+    ApiKey,
     Deployment,
     MetricPoint,
     ResultFile,
@@ -42,6 +43,7 @@ from dlaas.models import (
 
 __all__ = [
     "ApiError",
+    "ApiKey",
     "BadRequest",
     "Client",
     "Conflict",

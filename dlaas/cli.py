@@ -38,7 +38,7 @@ from rich.table import Table
 from dlaas.client import Client, ProgressCallback
 from dlaas.config import dlaas_home
 from dlaas.errors import ApiError, DlaasError
-from dlaas.models import Deployment, Tenant, Training
+from dlaas.models import ApiKey, Deployment, Tenant, Training
 
 # soft_wrap: long messages stay on one line (greppable), tables still fit the width.
 out = Console(highlight=False, soft_wrap=True)
@@ -117,8 +117,13 @@ app = _App(
 )
 deployments_app = _App(help="Online deployments of trained models.", no_args_is_help=True)
 tenants_app = _App(help="Tenants and their API keys (admin key).", no_args_is_help=True)
+keys_app = _App(
+    help="A tenant's API keys: the admin key for any tenant, a tenant's own key for its own.",
+    no_args_is_help=True,
+)
 app.add_typer(deployments_app, name="deployments")
 app.add_typer(tenants_app, name="tenants")
+tenants_app.add_typer(keys_app, name="keys")
 
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
@@ -623,19 +628,34 @@ AdminKey = Annotated[
 ]
 
 
+def _found_admin_key() -> str | None:
+    """DLAAS_ADMIN_API_KEY, else the key in $DLAAS_HOME/admin_api_key, else None."""
+    if env := os.environ.get("DLAAS_ADMIN_API_KEY"):
+        return env
+    try:
+        return (dlaas_home() / "admin_api_key").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _admin_key(explicit: str | None) -> str:
     if explicit:
         return explicit
-    if env := os.environ.get("DLAAS_ADMIN_API_KEY"):
-        return env
-    path = dlaas_home() / "admin_api_key"
-    try:
-        return path.read_text().strip()
-    except OSError:
-        raise DlaasError(
-            f"no admin key: pass --admin-key, set DLAAS_ADMIN_API_KEY, or run this where "
-            f"`dlaas up` keeps {path}"
-        ) from None
+    if found := _found_admin_key():
+        return found
+    raise DlaasError(
+        f"no admin key: pass --admin-key, set DLAAS_ADMIN_API_KEY, or run this where "
+        f"`dlaas up` keeps {dlaas_home() / 'admin_api_key'}"
+    )
+
+
+def _keys_client(ctx: typer.Context, admin_key: str | None) -> Client:
+    """For `tenants keys`: --admin-key, else --api-key, else the admin key if one is found
+    (DLAAS_ADMIN_API_KEY, $DLAAS_HOME/admin_api_key), else your own key (DLAAS_API_KEY,
+    the client configuration), which manages its own tenant's keys."""
+    if admin_key or _session(ctx).api_key:
+        return _client(ctx, api_key=admin_key)
+    return _client(ctx, api_key=_found_admin_key())
 
 
 def _tenants_table(tenants: Sequence[Tenant]) -> Table:
@@ -677,6 +697,81 @@ def tenants_list(ctx: typer.Context, admin_key: AdminKey = None, json_: JsonFlag
         _emit([t.raw for t in tenants])
     else:
         out.print(_tenants_table(tenants))
+
+
+KeysAdminKey = Annotated[
+    str | None,
+    typer.Option(
+        help="The admin key; default --api-key, then DLAAS_ADMIN_API_KEY or "
+        "$DLAAS_HOME/admin_api_key, then your own key (for your own tenant)."
+    ),
+]
+TenantId = Annotated[str, typer.Argument(metavar="TENANT_ID", help="The tenant's id.")]
+
+
+def _keys_table(keys: Sequence[ApiKey]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "PREFIX", "CREATED", "LAST USED", "REVOKED"):
+        table.add_column(column, no_wrap=True)
+    for k in keys:
+        revoked = "[bold red]" + _when(k.revoked) + "[/]" if k.revoked else "-"
+        table.add_row(escape(k.id), escape(k.prefix), _when(k.created), _when(k.last_used), revoked)
+    return table
+
+
+@keys_app.command("list")
+def keys_list(
+    ctx: typer.Context,
+    tenant_id: TenantId,
+    admin_key: KeysAdminKey = None,
+    json_: JsonFlag = False,
+) -> None:
+    """The tenant's API keys, revoked ones too (their ids and first characters only)."""
+    _session(ctx).json = json_
+    with _keys_client(ctx, admin_key) as client:
+        keys = client.tenants.list_keys(tenant_id)
+    if json_:
+        _emit([k.raw for k in keys])
+    else:
+        out.print(_keys_table(keys))
+
+
+@keys_app.command("create")
+def keys_create(
+    ctx: typer.Context,
+    tenant_id: TenantId,
+    admin_key: KeysAdminKey = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Issue another API key for the tenant; prints it, shown this once. Its other keys
+    stay valid: switch to the new one, then revoke the old one."""
+    _session(ctx).json = json_
+    with _keys_client(ctx, admin_key) as client:
+        key = client.tenants.create_key(tenant_id)
+    if json_:
+        _emit(key.raw)
+        return
+    out.print(f"API key [bold]{escape(key.id)}[/] created for tenant {escape(tenant_id)}.")
+    out.print("The key (shown once, keep it):")
+    out.print(f"  export DLAAS_API_KEY={key.api_key}", soft_wrap=True)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    ctx: typer.Context,
+    tenant_id: TenantId,
+    key_id: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (keys list).")],
+    admin_key: KeysAdminKey = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Revoke one of the tenant's API keys: refused everywhere within a second."""
+    _session(ctx).json = json_
+    with _keys_client(ctx, admin_key) as client:
+        client.tenants.revoke_key(tenant_id, key_id)
+    if json_:
+        _emit({"id": key_id, "tenant_id": tenant_id, "revoked": True})
+    else:
+        out.print(f"Revoked API key {escape(key_id)} of tenant {escape(tenant_id)}")
 
 
 if __name__ == "__main__":

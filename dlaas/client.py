@@ -45,7 +45,7 @@ from dlaas.errors import (
     WaitTimeout,
     error_from_response,
 )
-from dlaas.models import Deployment, MetricPoint, ResultFile, Tenant, Training
+from dlaas.models import ApiKey, Deployment, MetricPoint, ResultFile, Tenant, Training
 
 ProgressCallback = Callable[[int, int | None], None]
 """Called with (bytes done, bytes in all or None if unknown) as an upload or download runs."""
@@ -575,7 +575,8 @@ class Deployments:
 
 
 class Tenants:
-    """`client.tenants` (admin key only): tenants and their first API key."""
+    """`client.tenants`: tenants (admin key only) and their API keys (the admin key for
+    any tenant, or a tenant's own key for its own keys)."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -594,3 +595,25 @@ class Tenants:
         """Every tenant: `GET /v1/tenants`. Raises `Forbidden` without the admin key."""
         data = self._client._json("GET", "/v1/tenants")
         return [Tenant.from_json(item) for item in data["items"]]
+
+    def create_key(self, tenant_id: str) -> ApiKey:
+        """Issue another API key for the tenant: `POST /v1/tenants/{id}/keys`.
+
+        Returns it with its `api_key`, shown this once; the tenant's other keys stay valid.
+        To rotate: create one, switch to it, `revoke_key` the old one. Raises `NotFound`
+        for an unknown tenant (or another tenant's, with a tenant's key), `Conflict` when
+        the tenant holds too many valid keys.
+        """
+        return ApiKey.from_json(self._client._json("POST", f"/v1/tenants/{tenant_id}/keys"))
+
+    def list_keys(self, tenant_id: str) -> builtins.list[ApiKey]:
+        """The tenant's API keys, revoked ones too, oldest first: `GET
+        /v1/tenants/{id}/keys`. Raises `NotFound`."""
+        data = self._client._json("GET", f"/v1/tenants/{tenant_id}/keys")
+        return [ApiKey.from_json(item) for item in data["items"]]
+
+    def revoke_key(self, tenant_id: str, key_id: str) -> None:
+        """Revoke the key `key_id` (an id from `list_keys`, not the key): `DELETE
+        /v1/tenants/{id}/keys/{key_id}`. Every API process refuses it within a second;
+        revoking it again changes nothing. Raises `NotFound`."""
+        self._client._request("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}")

@@ -192,6 +192,38 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class ApiKey:
+    """One of a tenant's API keys, as listed: never the key itself, but its first
+    characters (`prefix`). `api_key` is set only in the answer to its creation (shown
+    once). `revoked` is when it was revoked, None while it is valid."""
+
+    id: str
+    prefix: str
+    created: datetime | None = None
+    last_used: datetime | None = None
+    revoked: datetime | None = None
+    api_key: str | None = field(default=None, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def valid(self) -> bool:
+        """Whether the key still authenticates (it is not revoked)."""
+        return self.revoked is None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ApiKey:
+        return cls(
+            id=str(data["id"]),
+            prefix=str(data["prefix"]),
+            created=_time(data.get("created")),
+            last_used=_time(data.get("last_used")),
+            revoked=_time(data.get("revoked")),
+            api_key=_str_or_none(data.get("api_key")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
 class Deployment:
     """An online deployment of a training's SavedModel: DEPLOYING, then READY or FAILED."""
 

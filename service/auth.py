@@ -10,6 +10,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.private import private_dir
 from service.settings import Settings
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -40,7 +41,7 @@ def ensure_admin_key(settings: Settings) -> str:
     if settings.admin_api_key:
         return settings.admin_api_key
     path: Path = settings.admin_key_file
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -16,6 +16,7 @@ from typing import Any
 from celery import Celery
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 
+from service.private import private_dir
 from service.settings import Settings
 
 LAUNCH = "dlaas.launch_training"
@@ -63,8 +64,7 @@ def make_celery(settings: Settings) -> Celery:
         "worker_cancel_long_running_tasks_on_connection_loss": False,
     }
     if url.startswith(("filesystem://", EMBEDDED_BROKER)):
-        folder = settings.home_dir / "broker"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(settings.home_dir / "broker")
         conf["broker_transport_options"] = {
             "data_folder_in": str(folder),
             "data_folder_out": str(folder),

@@ -3,7 +3,10 @@ Settings."""
 
 from __future__ import annotations
 
+import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -13,11 +16,13 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth import TenantRef, ensure_admin_key
+from service.db import repository
 from service.db.session import make_engine, make_sessionmaker, upgrade
 from service.dispatch import Dispatcher, make_celery
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.logs import LogStore, open_log_store
 from service.logs.config import LogSinkConfig
+from service.private import private_dir, private_home
 from service.secrets import SecretBox, ensure_secret_key
 from service.settings import Settings
 from service.storage import open_platform_store, platform_store_config
@@ -38,6 +43,69 @@ def load_catalog(path: Path | None) -> Catalog:
     return DEFAULT_CATALOG.with_overrides(data)
 
 
+# How stale a process's view of key revocations may be: the bound on how long a revoked
+# key keeps working on an API process other than the one that revoked it.
+REVOCATION_CHECK_SECONDS = 1.0
+
+
+class KeyCache:
+    """Who an API key belongs to, remembered per process: authenticating every request
+    against the database would cost more than the request. Only found keys are kept, so a
+    new key works at once; entries live `ttl` seconds.
+
+    A revoked key stops working on every process within `check_every` seconds: revoking
+    bumps a counter in the database, in the revoking transaction
+    (`repository.bump_revocation_epoch`). A remembered key is answered only while this
+    process's last look at that counter is younger than `check_every`; the first request
+    after that looks again (`refresh`: one small query, made by one thread; an idle
+    process makes none) and, if the counter moved, every remembered key is forgotten.
+    """
+
+    def __init__(self, ttl: float = 30.0, check_every: float = REVOCATION_CHECK_SECONDS) -> None:
+        self.check_every = check_every
+        self._keys: TtlCache[str, TenantRef] = TtlCache(ttl)
+        self._epoch: int | None = None
+        self._checked_at = -math.inf
+        self._lock = threading.Lock()
+
+    def get(self, key_hash: str) -> TenantRef | None:
+        """The key's tenant, if remembered and the revocations were looked at recently;
+        else None: `refresh`, then ask the database."""
+        if time.monotonic() - self._checked_at >= self.check_every:
+            return None
+        return self._keys.get(key_hash)
+
+    def refresh(self, read_epoch: Callable[[], int]) -> None:
+        """Read the revocation counter if the last look is `check_every` old (one thread
+        reads; the others wait for it), and forget every key if it moved."""
+        if time.monotonic() - self._checked_at < self.check_every:
+            return
+        with self._lock:
+            started = time.monotonic()
+            if started - self._checked_at < self.check_every:
+                return
+            epoch = read_epoch()
+            if epoch != self._epoch:
+                self._keys.clear()
+                self._epoch = epoch
+            # As of when the read started: a revocation committed during it is seen next.
+            self._checked_at = started
+
+    @property
+    def generation(self) -> int:
+        """Read before looking a key up in the database; hand it to `put`."""
+        return self._keys.generation
+
+    def put(self, key_hash: str, tenant: TenantRef, generation: int) -> None:
+        """Remember the key, unless keys were forgotten since `generation` was read (the
+        lookup may predate a revocation)."""
+        self._keys.put(key_hash, tenant, generation)
+
+    def forget_all(self) -> None:
+        """Forget every key now (this process revoked one)."""
+        self._keys.clear()
+
+
 @dataclass
 class Platform:
     settings: Settings
@@ -50,21 +118,20 @@ class Platform:
     # Set when there is news for a monitor running in this process (a submission, a stop
     # request), so it reacts now instead of at its next pass.
     monitor_wakeup: threading.Event = field(default_factory=threading.Event)
-    # Who a key belongs to: authenticating every request against the database would cost
-    # more than the request. Only found keys are kept, so a new key works at once; a
-    # revoked key stops working within the ttl.
-    tenant_keys: TtlCache[str, TenantRef] = field(default_factory=lambda: TtlCache(30.0))
+    # Who a key belongs to; a revoked key stops working within a second (KeyCache).
+    tenant_keys: KeyCache = field(default_factory=KeyCache)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
+        # Owner-only: the home holds keys, the database and logs (service.private).
+        private_home(settings.home_dir)
         engine = make_engine(settings.resolved_database_url)
-        (settings.home_dir / "uploads").mkdir(parents=True, exist_ok=True)
+        private_dir(settings.home_dir / "uploads")
         redis_url = settings.resolved_log_store_url
-        log_sink = (
-            LogSinkConfig(kind="redis", url=redis_url)
-            if redis_url
-            else LogSinkConfig(kind="file", dir=str(settings.home_dir / "logs"))
-        )
+        if redis_url:
+            log_sink = LogSinkConfig(kind="redis", url=redis_url)
+        else:
+            log_sink = LogSinkConfig(kind="file", dir=str(private_dir(settings.home_dir / "logs")))
         EndpointPolicy.from_settings(settings)  # a bad DLAAS_ALLOWED_DATA_ENDPOINTS fails now
         return cls(
             settings=settings,
@@ -110,6 +177,11 @@ class Platform:
     def upload_dir(self) -> Path:
         """Where uploads are spooled while they are checked; emptied after each request."""
         return self.settings.home_dir / "uploads"
+
+    def revocation_epoch(self) -> int:
+        """The key revocation counter now (one small query; see KeyCache)."""
+        with self.engine.connect() as conn:
+            return repository.revocation_epoch(conn)
 
     def migrate(self) -> None:
         upgrade(self.engine)

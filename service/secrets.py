@@ -21,6 +21,7 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from service.private import private_dir
 from service.settings import Settings
 
 REFERENCES = ("training_data_reference", "training_results_reference")
@@ -43,7 +44,7 @@ def ensure_secret_key(settings: Settings) -> str:
         return value
     path: Path = settings.secret_key_file
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_name(f".secret_key-{os.getpid()}-{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -21,6 +21,12 @@ class TtlCache(Generic[K, V]):
         self.size = size
         self._entries: dict[K, tuple[float, V]] = {}
         self._lock = threading.Lock()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Changes at every `clear`: read it before fetching a value to `put`."""
+        return self._generation
 
     def get(self, key: K) -> V | None:
         entry = self._entries.get(key)
@@ -28,8 +34,12 @@ class TtlCache(Generic[K, V]):
             return None
         return entry[1]
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V, generation: int | None = None) -> None:
+        """Remember `value`; with `generation` (as read before the value was fetched), not
+        if the cache was cleared since: the value may predate what cleared it."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
             if len(self._entries) >= self.size:
                 self._entries.clear()
             self._entries[key] = (time.monotonic() + self.ttl, value)
@@ -39,3 +49,9 @@ class TtlCache(Generic[K, V]):
         with self._lock:
             for key in [k for k in self._entries if where(k)]:
                 del self._entries[key]
+
+    def clear(self) -> None:
+        """Drop every entry, and refuse the `put`s of values fetched before."""
+        with self._lock:
+            self._entries.clear()
+            self._generation += 1

@@ -55,8 +55,22 @@ def require_admin(request: Request, platform: PlatformDep, session: SessionDep) 
     raise Unauthorized("the API key is not valid")
 
 
+async def key_owner(tenant_id: str, request: Request, platform: PlatformDep) -> str:
+    """The tenant whose API keys the caller manages (`/v1/tenants/{tenant_id}/keys`): any
+    tenant with the admin key, its own with a tenant's key. Another tenant's is as absent
+    as a missing one (404)."""
+    key = bearer_key(request)
+    if keys_match(key, platform.admin_key):
+        return tenant_id
+    caller = await current_tenant(request, platform)
+    if caller.id != tenant_id:
+        raise NotFound(f"tenant {tenant_id} not found")
+    return tenant_id
+
+
 CurrentTenant = Annotated[TenantRef, Depends(current_tenant)]
 AdminOnly = Depends(require_admin)
+KeyOwner = Annotated[str, Depends(key_owner)]
 
 
 class LoopReads:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.db.models import Tenant, Training
+from service.db.models import ApiKey, Tenant, Training
 from service.db.repository import TrainingView
 from service.secrets import masked_reference
 
@@ -34,6 +34,34 @@ class TenantCreated(TenantOut):
 
 class TenantList(BaseModel):
     items: list[TenantOut]
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    prefix: str = Field(description="The key's first characters: enough to recognise it.")
+    created: datetime
+    last_used: datetime | None = Field(
+        description="When it last authenticated a request, to the minute; null: never."
+    )
+    revoked: datetime | None = Field(description="When it was revoked; null: it is valid.")
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyOut:
+        return cls(
+            id=key.id,
+            prefix=key.prefix,
+            created=key.created_at,
+            last_used=key.last_used_at,
+            revoked=key.revoked_at,
+        )
+
+
+class ApiKeyCreated(ApiKeyOut):
+    api_key: str = Field(description="Shown once; only its hash is stored.")
+
+
+class ApiKeyList(BaseModel):
+    items: list[ApiKeyOut]
 
 
 class FrameworkOut(BaseModel):

@@ -53,7 +53,22 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # When the key was last seen authenticating, to the minute: written at most once a
+    # minute (service.tenants.record_use), not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Revoked keys keep their row (who had which key, and when it stopped working).
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class KeyRevocations(Base):
+    """One row (id 1): a counter bumped by every key revocation, in the revoking
+    transaction. Each API process reads it at most once a second and forgets the keys it
+    remembers when it moved (service.platform.KeyCache)."""
+
+    __tablename__ = "key_revocations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(Integer)
 
 
 class Training(Base):

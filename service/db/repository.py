@@ -9,10 +9,20 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, lazyload
 
-from service.db.models import ApiKey, Deployment, Learner, StatusEvent, Tenant, Training, utcnow
+from service.db.models import (
+    ApiKey,
+    Deployment,
+    KeyRevocations,
+    Learner,
+    StatusEvent,
+    Tenant,
+    Training,
+    utcnow,
+)
 from service.domain.deployments import DeploymentState
 from service.domain.states import ACTIVE_STATES, TrainingState
 
@@ -29,6 +39,74 @@ def tenant_for_key_hash(session: Session, key_hash: str) -> Tenant | None:
         .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
     )
     return session.scalars(stmt).first()
+
+
+def active_key_for_hash(session: Session, key_hash: str) -> tuple[ApiKey, Tenant] | None:
+    """The unrevoked key of that hash and its tenant."""
+    stmt = (
+        select(ApiKey, Tenant)
+        .join(Tenant, ApiKey.tenant_id == Tenant.id)
+        .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+    )
+    row = session.execute(stmt).first()
+    return None if row is None else (row[0], row[1])
+
+
+def tenant_keys(session: Session, tenant_id: str) -> Sequence[ApiKey]:
+    """The tenant's keys, revoked ones too, oldest first."""
+    stmt = select(ApiKey).where(ApiKey.tenant_id == tenant_id)
+    return session.scalars(stmt.order_by(ApiKey.created_at, ApiKey.id)).all()
+
+
+def tenant_key(session: Session, tenant_id: str, key_id: str) -> ApiKey | None:
+    """The tenant's key of that id (another tenant's is None)."""
+    stmt = select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id)
+    return session.scalars(stmt).first()
+
+
+def active_key_count(session: Session, tenant_id: str) -> int:
+    stmt = select(func.count()).where(ApiKey.tenant_id == tenant_id, ApiKey.revoked_at.is_(None))
+    return int(session.scalar(stmt) or 0)
+
+
+def touch_key(session: Session, key_id: str, now: datetime, older_than: datetime) -> None:
+    """Set the key's last_used_at to `now` unless it was set at `older_than` or later (a
+    process that was beaten to it by another writes nothing)."""
+    session.execute(
+        update(ApiKey)
+        .where(
+            ApiKey.id == key_id,
+            or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at < older_than),
+        )
+        .values(last_used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+_EPOCH_ROW = 1
+
+
+def revocation_epoch(conn: Connection) -> int:
+    """The key revocation counter (0 before the first revocation)."""
+    stmt = select(KeyRevocations.epoch).where(KeyRevocations.id == _EPOCH_ROW)
+    return int(conn.execute(stmt).scalar() or 0)
+
+
+def bump_revocation_epoch(session: Session) -> None:
+    """Add one to the key revocation counter (creating its row), in the caller's
+    transaction."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(KeyRevocations).values(id=_EPOCH_ROW, epoch=1)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[KeyRevocations.id], set_={"epoch": KeyRevocations.epoch + 1}
+        )
+    )
+
+
+def get_tenant(session: Session, tenant_id: str) -> Tenant | None:
+    return session.get(Tenant, tenant_id)
 
 
 def tenant_by_name(session: Session, name: str) -> Tenant | None:

@@ -11,6 +11,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.private import private_file
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Arbitrary constant: API replicas starting together take turns migrating (PostgreSQL).
 _MIGRATION_LOCK_ID = 0x444C4141
@@ -20,7 +22,9 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # Created owner-only before SQLite opens it (its -wal and -shm files take the
+            # database's mode); one left open by an older version is narrowed.
+            private_file(Path(parsed.database))
         # No pre-ping: a file opened in this process does not go stale as a server
         # connection can, and the ping would cost as much as a query.
         # A pool as large as the API's worker threads (40): connections above pool_size

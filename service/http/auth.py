@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from service import tenants
 from service.auth import TenantRef, hash_api_key, keys_match
 from service.db import repository
 from service.errors import Forbidden, Unauthorized
@@ -19,16 +20,23 @@ def bearer_key(request: Request) -> str:
 
 
 def authenticate(platform: Platform, key: str) -> TenantRef:
-    """The tenant whose API key `key` is (blocking: the database on a cache miss)."""
+    """The tenant whose API key `key` is (blocking: the database on a cache miss, and
+    once a second for revocations, see KeyCache)."""
     key_hash = hash_api_key(key)
-    cached = platform.tenant_keys.get(key_hash)
+    keys = platform.tenant_keys
+    keys.refresh(platform.revocation_epoch)
+    cached = keys.get(key_hash)
     if cached is not None:
         return cached
+    generation = keys.generation
     with platform.sessions() as session:
-        tenant = repository.tenant_for_key_hash(session, key_hash)
-        if tenant is not None:
+        found = repository.active_key_for_hash(session, key_hash)
+        if found is not None:
+            api_key, tenant = found
             ref = TenantRef(tenant.id, tenant.name, tenant.plan)
-            platform.tenant_keys.put(key_hash, ref)
+            if tenants.record_use(session, api_key):
+                session.commit()
+            keys.put(key_hash, ref, generation)
             return ref
     if keys_match(key, platform.admin_key):
         raise Forbidden(

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from service.logs.base import LogRecord
+from service.private import FILE_MODE, private_dir
 
 _FILE = re.compile(r"learner-([0-9]+)\.jsonl")
 _CHUNK = 64 * 1024
@@ -85,10 +86,10 @@ class FileLogStore:
         if not batches:
             return
         directory = self._dir(training_id)
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         for learner, lines in batches.items():
             path = directory / f"learner-{learner}.jsonl"
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             try:
                 data = b"".join(lines)
                 while data:  # a regular file takes it all at once; loop only for safety

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from service.private import private_dir
 from service.storage.base import ObjectInfo, ObjectNotFound, check_key, directory_prefix
 
 _CHUNK = 1024 * 1024
@@ -47,7 +48,7 @@ class _Window(io.RawIOBase):
 class LocalObjectStore:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
         self.description = f"the local object store {root}"
 
     def _path(self, key: str) -> Path:
@@ -63,7 +64,7 @@ class LocalObjectStore:
 
     def put_stream(self, key: str, stream: BinaryIO, length: int | None = None) -> ObjectInfo:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)
         # Write beside the target and rename: readers never see half an object.
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_TEMP_PREFIX)
         try:

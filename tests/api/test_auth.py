@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from service.auth import ensure_admin_key, hash_api_key
+from service import tenants
+from service.api.app import create_app
+from service.auth import TenantRef, ensure_admin_key, hash_api_key
+from service.db import repository
 from service.db.models import ApiKey
-from service.platform import Platform
+from service.platform import KeyCache, Platform
 from service.settings import Settings
 from tests.conftest import admin_headers, create_tenant, submit
 
@@ -26,6 +30,9 @@ from tests.conftest import admin_headers, create_tenant, submit
         ("DELETE", "/v1/trainings/abc"),
         ("GET", "/v1/tenants"),
         ("POST", "/v1/tenants"),
+        ("GET", "/v1/tenants/abc/keys"),
+        ("POST", "/v1/tenants/abc/keys"),
+        ("DELETE", "/v1/tenants/abc/keys/k1"),
     ],
 )
 @pytest.mark.parametrize(
@@ -115,3 +122,180 @@ def test_admin_key_is_generated_once_with_mode_0600(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert ensure_admin_key(settings) == first and len(first) > 30
     assert ensure_admin_key(Settings(home=tmp_path, admin_api_key="given")) == "given"
+
+
+# -- API keys: issue, list, revoke, rotate -------------------------------------------------
+
+
+def _new_tenant(client: TestClient, name: str) -> tuple[str, str]:
+    """A tenant's id and its first key."""
+    r = client.post("/v1/tenants", json={"name": name, "plan": "lite"}, headers=admin_headers())
+    assert r.status_code == 201, r.text
+    return r.json()["id"], r.json()["api_key"]
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_the_admin_issues_lists_and_revokes_a_tenants_keys(client: TestClient) -> None:
+    tenant_id, first = _new_tenant(client, "acme")
+    r = client.post(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers())
+    assert r.status_code == 201, r.text
+    issued = r.json()
+    assert set(issued) == {"id", "prefix", "created", "last_used", "revoked", "api_key"}
+    second = issued["api_key"]
+    assert second.startswith(issued["prefix"]) and len(issued["prefix"]) == 12 < len(second)
+    assert issued["last_used"] is None and issued["revoked"] is None
+    for key in (first, second):  # both work
+        assert client.get("/v1/trainings", headers=_bearer(key)).status_code == 200
+
+    listed = client.get(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).json()["items"]
+    assert [k["id"] for k in listed][1] == issued["id"] and len(listed) == 2
+    assert all(set(k) == {"id", "prefix", "created", "last_used", "revoked"} for k in listed)
+    assert [k["prefix"] for k in listed] == [first[:12], second[:12]]
+    assert listed[0]["last_used"] is not None  # it authenticated a request just now
+
+    r = client.delete(f"/v1/tenants/{tenant_id}/keys/{listed[0]['id']}", headers=admin_headers())
+    assert r.status_code == 204 and r.content == b""
+    # Refused at once (this process revoked it; its cache had the key).
+    r = client.get("/v1/trainings", headers=_bearer(first))
+    assert r.status_code == 401 and r.headers["content-type"] == "application/problem+json"
+    assert client.get("/v1/trainings", headers=_bearer(second)).status_code == 200
+    # The row stays, marked revoked; revoking again changes nothing.
+    listed = client.get(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).json()["items"]
+    revoked_at = listed[0]["revoked"]
+    assert revoked_at is not None and listed[1]["revoked"] is None
+    r = client.delete(f"/v1/tenants/{tenant_id}/keys/{listed[0]['id']}", headers=admin_headers())
+    assert r.status_code == 204
+    again = client.get(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).json()["items"]
+    assert again[0]["revoked"] == revoked_at
+
+
+def test_a_tenant_rotates_its_own_key(client: TestClient) -> None:
+    tenant_id, old = _new_tenant(client, "acme")
+    r = client.post(f"/v1/tenants/{tenant_id}/keys", headers=_bearer(old))
+    assert r.status_code == 201, r.text
+    new = r.json()["api_key"]
+    keys = client.get(f"/v1/tenants/{tenant_id}/keys", headers=_bearer(new)).json()["items"]
+    old_id = next(k["id"] for k in keys if old.startswith(k["prefix"]))
+    r = client.delete(f"/v1/tenants/{tenant_id}/keys/{old_id}", headers=_bearer(new))
+    assert r.status_code == 204
+    assert client.get("/v1/trainings", headers=_bearer(old)).status_code == 401
+    assert client.get("/v1/trainings", headers=_bearer(new)).status_code == 200
+    # A tenant still manages no tenants.
+    assert client.get("/v1/tenants", headers=_bearer(new)).status_code == 403
+
+
+def test_a_tenant_cannot_see_or_touch_another_tenants_keys(client: TestClient) -> None:
+    alice_id, alice = _new_tenant(client, "alice")
+    bob_id, bob = _new_tenant(client, "bob")
+    bobs_key_id = client.get(f"/v1/tenants/{bob_id}/keys", headers=_bearer(bob)).json()["items"][0][
+        "id"
+    ]
+    for method, path in [
+        ("GET", f"/v1/tenants/{bob_id}/keys"),
+        ("POST", f"/v1/tenants/{bob_id}/keys"),
+        ("DELETE", f"/v1/tenants/{bob_id}/keys/{bobs_key_id}"),
+        # Bob's key under Alice's own tenant is no key of hers.
+        ("DELETE", f"/v1/tenants/{alice_id}/keys/{bobs_key_id}"),
+        ("DELETE", f"/v1/tenants/{alice_id}/keys/nosuchkey"),
+    ]:
+        r = client.request(method, path, headers=_bearer(alice))
+        assert r.status_code == 404, (method, path, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+    # Bob kept his one key, and it works.
+    bobs = client.get(f"/v1/tenants/{bob_id}/keys", headers=admin_headers()).json()["items"]
+    assert len(bobs) == 1 and bobs[0]["revoked"] is None
+    assert client.get("/v1/trainings", headers=_bearer(bob)).status_code == 200
+    # The admin gets 404 for what does not exist.
+    assert client.get("/v1/tenants/nosuch/keys", headers=admin_headers()).status_code == 404
+    assert client.post("/v1/tenants/nosuch/keys", headers=admin_headers()).status_code == 404
+    r = client.delete(f"/v1/tenants/{bob_id}/keys/nosuchkey", headers=admin_headers())
+    assert r.status_code == 404 and "nosuchkey" in r.json()["detail"]
+
+
+def test_a_tenant_holds_a_bounded_number_of_valid_keys(client: TestClient) -> None:
+    tenant_id, _ = _new_tenant(client, "acme")
+    for _ in range(tenants.MAX_ACTIVE_KEYS - 1):
+        assert client.post(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).is_success
+    r = client.post(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers())
+    assert r.status_code == 409 and "revoke one" in r.json()["detail"]
+    first = client.get(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).json()["items"][0]
+    client.delete(f"/v1/tenants/{tenant_id}/keys/{first['id']}", headers=admin_headers())
+    assert client.post(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).status_code == 201
+
+
+def test_a_key_revoked_through_another_process_is_refused_within_a_second(
+    settings: Settings,
+) -> None:
+    """Two platforms on one database, as two API processes: B remembers a key, A revokes
+    it, and B refuses it within KeyCache.check_every (the in-process form of
+    tests/integration/test_key_revocation.py)."""
+    a, b = Platform.from_settings(settings), Platform.from_settings(settings)
+    try:
+        with (
+            TestClient(create_app(platform=a)) as api_a,
+            TestClient(create_app(platform=b)) as api_b,
+        ):
+            tenant_id, key = _new_tenant(api_a, "acme")
+            assert api_b.get("/v1/trainings", headers=_bearer(key)).status_code == 200
+            key_id = api_a.get(f"/v1/tenants/{tenant_id}/keys", headers=admin_headers()).json()[
+                "items"
+            ][0]["id"]
+            r = api_a.delete(f"/v1/tenants/{tenant_id}/keys/{key_id}", headers=admin_headers())
+            assert r.status_code == 204
+            revoked = time.monotonic()
+            while (status := api_b.get("/v1/trainings", headers=_bearer(key)).status_code) == 200:
+                assert time.monotonic() - revoked < 1.5, "B still accepts the revoked key"
+                time.sleep(0.05)
+            assert status == 401
+    finally:
+        a.close()
+        b.close()
+
+
+def test_revocations_are_looked_up_at_most_once_a_second() -> None:
+    cache = KeyCache(ttl=30.0, check_every=0.3)
+    reads: list[int] = []
+    epoch = 0
+
+    def read() -> int:
+        reads.append(epoch)
+        return epoch
+
+    ref = TenantRef("t1", "acme", "lite")
+    assert cache.get("h") is None  # never looked: ask the database
+    cache.refresh(read)
+    cache.put("h", ref, cache.generation)
+    for _ in range(100):
+        cache.refresh(read)
+        assert cache.get("h") == ref
+    assert len(reads) == 1
+    time.sleep(0.35)
+    assert cache.get("h") is None  # the look is stale: refresh first
+    cache.refresh(read)
+    assert cache.get("h") == ref and len(reads) == 2  # the counter did not move
+    epoch = 1
+    time.sleep(0.35)
+    generation = cache.generation  # a lookup that started before the revocation was seen
+    cache.refresh(read)
+    assert cache.get("h") is None and len(reads) == 3
+    cache.put("h", ref, generation)  # ...is not remembered
+    assert cache.get("h") is None
+    cache.put("h", ref, cache.generation)
+    assert cache.get("h") == ref
+
+
+def test_authenticating_from_the_cache_writes_nothing(
+    client: TestClient, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, key = _new_tenant(client, "acme")
+    writes: list[str] = []
+    real = repository.touch_key
+    monkeypatch.setattr(
+        repository, "touch_key", lambda *a, **kw: (writes.append(a[1]), real(*a, **kw))
+    )
+    for _ in range(20):
+        assert client.get("/v1/trainings", headers=_bearer(key)).status_code == 200
+    assert len(writes) == 1

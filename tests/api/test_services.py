@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -16,7 +17,7 @@ from service.db import repository
 from service.db.models import ApiKey, Training, utcnow
 from service.domain.lifecycle import LearnerObservation
 from service.domain.states import ACTIVE_STATES, TrainingState
-from service.errors import Conflict, ServiceUnavailable, ValidationFailed
+from service.errors import Conflict, NotFound, ServiceUnavailable, ValidationFailed
 from service.platform import Platform
 from service.storage import keys
 from service.storage.base import StoreUnavailable
@@ -100,6 +101,57 @@ def test_an_existing_tenant_can_be_issued_another_key(session: Session, platform
 
 
 # -- the monitor's and the worker's queries ----------------------------------------------
+
+
+def test_last_used_is_written_at_most_once_a_minute(session: Session, platform: Platform) -> None:
+    tenant, _ = tenants.create_tenant(session, platform.catalog, "acme", "lite")
+    session.commit()
+    row = session.scalars(select(ApiKey).where(ApiKey.tenant_id == tenant.id)).one()
+    assert row.last_used_at is None
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    assert tenants.record_use(session, row, t0)
+    session.commit()
+    session.refresh(row)
+    assert row.last_used_at == t0
+    # Within the minute: nothing written.
+    assert not tenants.record_use(session, row, t0 + timedelta(seconds=59))
+    # Another process that read the row before t0 writes nothing either.
+    later = t0 + timedelta(seconds=30)
+    repository.touch_key(session, row.id, later, later - tenants.LAST_USED_RESOLUTION)
+    session.commit()
+    session.refresh(row)
+    assert row.last_used_at == t0
+    assert tenants.record_use(session, row, t0 + timedelta(seconds=61))
+    session.commit()
+    session.refresh(row)
+    assert row.last_used_at == t0 + timedelta(seconds=61)
+
+
+def test_revoking_a_key_bumps_the_revocation_counter_once(
+    session: Session, platform: Platform
+) -> None:
+    tenant, first = tenants.create_tenant(session, platform.catalog, "acme", "lite")
+    second, _ = tenants.add_key(session, tenant.id)
+    session.commit()
+    assert platform.revocation_epoch() == 0
+    first_id = repository.tenant_keys(session, tenant.id)[0].id
+    tenants.revoke_key(session, tenant.id, first_id)
+    assert platform.revocation_epoch() == 0  # not before the commit
+    session.commit()
+    assert platform.revocation_epoch() == 1
+    assert repository.tenant_for_key_hash(session, hash_api_key(first)) is None
+    tenants.revoke_key(session, tenant.id, first_id)  # again: nothing changes
+    session.commit()
+    assert platform.revocation_epoch() == 1
+    tenants.revoke_key(session, tenant.id, second.id)
+    session.commit()
+    assert platform.revocation_epoch() == 2
+    rows = repository.tenant_keys(session, tenant.id)
+    assert len(rows) == 2 and all(r.revoked_at is not None for r in rows)  # history kept
+    with pytest.raises(NotFound):
+        tenants.revoke_key(session, "someone-else", first_id)
+    with pytest.raises(NotFound):
+        tenants.add_key(session, "nosuchtenant")
 
 
 def test_the_monitor_finds_queued_active_and_deletable_trainings(

@@ -275,6 +275,9 @@ def test_openapi_has_stable_operation_ids(client: TestClient) -> None:
         "delete_training",
         "create_tenant",
         "list_tenants",
+        "create_tenant_key",
+        "list_tenant_keys",
+        "revoke_tenant_key",
         "healthz",
         "readyz",
     } <= ops

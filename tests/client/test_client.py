@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from dlaas import (
+    ApiKey,
     Client,
     Conflict,
     ConnectionFailed,
@@ -137,6 +138,46 @@ def test_tenant_errors_are_typed(admin: Client, make_client: ClientFactory) -> N
     with pytest.raises(Unauthorized) as bad_key:
         make_client("dlaas_not-a-key").tenants.list()
     assert bad_key.value.status == 401
+
+
+def test_a_tenant_rotates_its_key_through_the_client(
+    admin: Client, make_client: ClientFactory
+) -> None:
+    tenant = admin.tenants.create("rotating", "lite")
+    assert tenant.api_key
+    old = make_client(tenant.api_key)
+    new_key = old.tenants.create_key(tenant.id)
+    assert isinstance(new_key, ApiKey) and new_key.valid
+    assert new_key.api_key and new_key.api_key.startswith(new_key.prefix)
+    assert new_key.created is not None and new_key.last_used is None
+    new = make_client(new_key.api_key)
+    listed = new.tenants.list_keys(tenant.id)
+    assert [k.id for k in listed][-1] == new_key.id and len(listed) == 2
+    assert all(k.api_key is None for k in listed)  # shown once
+    first = next(k for k in listed if tenant.api_key.startswith(k.prefix))
+    new.tenants.revoke_key(tenant.id, first.id)
+    with pytest.raises(Unauthorized):
+        old.trainings.list()
+    assert new.trainings.list() == []
+    by_admin = {k.id: k for k in admin.tenants.list_keys(tenant.id)}
+    assert not by_admin[first.id].valid and by_admin[first.id].revoked is not None
+    assert by_admin[new_key.id].valid
+
+
+def test_key_errors_are_typed(admin: Client, make_client: ClientFactory) -> None:
+    alice = admin.tenants.create("alice", "lite")
+    bob = admin.tenants.create("bob", "lite")
+    as_alice = make_client(alice.api_key)
+    for call in (
+        lambda: as_alice.tenants.list_keys(bob.id),
+        lambda: as_alice.tenants.create_key(bob.id),
+        lambda: as_alice.tenants.revoke_key(alice.id, "nosuchkey"),
+        lambda: admin.tenants.list_keys("nosuchtenant"),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    with pytest.raises(Unauthorized):
+        make_client("dlaas_not-a-key").tenants.list_keys(alice.id)
 
 
 def test_no_key_says_how_to_get_one(make_client: ClientFactory) -> None:
