@@ -73,6 +73,8 @@ for entry in os.listdir("/proc"):
             pass
 found["processes"] = processes
 found["env"] = sorted(os.environ)
+with open("/proc/self/status") as f:
+    found["caps"] = [l.split()[1] for l in f if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
 found["home"] = os.environ.get("HOME")
 out = os.path.join(os.environ["RESULT_DIR"], f"probe-{tag}.json")
 with open(out, "w") as f:
@@ -145,6 +147,8 @@ def targets(live: LivePlatform, victim: dict[str, Any], outside: Path) -> dict[s
             "into_home": str(home / "pwned.txt"),
             "into_victim": str(victim["dir"] / "model" / "pwned.txt"),
             "outside": str(outside / "pwned.txt"),
+            # The wrapper's status channel, next to MODEL_DIR (the working directory).
+            "own_status": "../status.json",
         },
         "environ": [os.getpid(), live.worker.pid],
     }
@@ -175,6 +179,7 @@ def assert_contained(found: dict[str, Any], victim: dict[str, Any], training_id:
         )
     assert not any(name.startswith("DLAAS_") for name in found["env"]), found["env"]
     assert "PYTHONPATH" not in found["env"]
+    assert found["caps"] == ["0000000000000000"] * 3, found["caps"]  # no capabilities
     assert victim["secret"].read_text() == "victim data"
     assert not (victim["dir"] / "model" / "pwned.txt").exists()
 
