@@ -12,8 +12,9 @@ from fastapi.responses import StreamingResponse
 
 from service.api.deps import CurrentTenant, SessionDep, owned_training
 from service.db import repository
+from service.domain.manifest import metric_pattern
 from service.domain.states import TrainingState
-from service.errors import BadRequest, FieldError
+from service.errors import BadRequest, Conflict, FieldError
 from service.http.app import PlatformDep
 from service.logs import all_records, extract_metrics
 from service.platform import Platform
@@ -106,6 +107,18 @@ def get_training_metrics(
     evaluation_metrics regexes applied to every log line."""
     training = owned_training(session, tenant, training_id)
     metrics = [(m["name"], m["regex"]) for m in training.manifest.get("evaluation_metrics", [])]
+    # A training submitted before metric regexes ran on RE2 may keep one RE2 refuses.
+    errors = []
+    for i, (_name, regex) in enumerate(metrics):
+        try:
+            metric_pattern(regex)
+        except ValueError as e:
+            errors.append(FieldError(f"/evaluation_metrics/{i}/regex", str(e)))
+    if errors:
+        raise Conflict(
+            "the training's manifest has metric regexes this service cannot run",
+            errors=errors,
+        )
     records = all_records(platform.logs, training.id)
     return {
         name: [dict(p) for p in points]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypedDict
 
+from service.domain.manifest import MetricMatch, metric_pattern
 from service.logs.base import LogRecord, LogStore, iso_utc
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "open_log_store",
 ]
 
-_STEP = re.compile(r"step[ =:]+(\d+)", re.IGNORECASE)
+_STEP = metric_pattern(r"(?i)step[ =:]+(\d+)")
 
 
 def open_log_store(kind: str, *, dir: str | None = None, url: str | None = None) -> LogStore:
@@ -68,20 +68,24 @@ def extract_metrics(
     none) is the value, its first match per line counts. Values that are not finite floats
     are skipped. `step` is the number after "step" (`step[ =:]+N`, any case) in the same
     line, or None. Every name is in the result, with an empty list if nothing matched.
-    Raises re.error for a regex that does not compile.
+    The regexes run on RE2 (`metric_pattern`): linear in the line, whatever the pattern.
+    Raises ValueError for a regex RE2 does not compile.
     """
-    compiled = [(name, re.compile(regex)) for name, regex in metrics]
+    compiled = [(name, metric_pattern(regex)) for name, regex in metrics]
     result: dict[str, list[MetricPoint]] = {name: [] for name, _ in metrics}
     for record in records:
-        step_match: re.Match[str] | None = None
+        step_match: MetricMatch | None = None
         step_searched = False
         for name, pattern in compiled:
             match = pattern.search(record.line)
             if match is None:
                 continue
+            text = match.group(1) if pattern.groups else match.group(0)
+            if text is None:  # the group did not take part
+                continue
             try:
-                value = float(match.group(1) if pattern.groups else match.group(0))
-            except (TypeError, ValueError):  # TypeError: the group did not take part
+                value = float(text)
+            except ValueError:
                 continue
             if not math.isfinite(value):
                 continue
@@ -92,7 +96,12 @@ def extract_metrics(
                     value=value,
                     learner=record.learner,
                     timestamp=iso_utc(record.ts),
-                    step=int(step_match.group(1)) if step_match else None,
+                    step=_step(step_match),
                 )
             )
     return result
+
+
+def _step(match: MetricMatch | None) -> int | None:
+    step = match.group(1) if match is not None else None
+    return int(step) if step is not None else None

@@ -319,3 +319,62 @@ def test_extract_metrics_keeps_record_order_and_learners() -> None:
 def test_extract_metrics_with_no_metrics_or_records() -> None:
     assert extract_metrics([LogRecord(1, T0, "loss=1")], []) == {}
     assert extract_metrics([], [LOSS]) == {"loss": []}
+
+
+def test_extract_metrics_keeps_named_groups() -> None:
+    line = "step 3 loss=0.125"
+    result = extract_metrics([LogRecord(1, T0, line)], [("loss", r"loss=(?P<v>[0-9.]+)")])
+    assert [(p["value"], p["step"]) for p in result["loss"]] == [(0.125, 3)]
+
+
+def test_extract_metrics_refuses_a_regex_re2_cannot_run() -> None:
+    with pytest.raises(ValueError, match="backreferences"):
+        extract_metrics([LogRecord(1, T0, "aa")], [("a", r"(a)\1")])
+
+
+# A backtracking matcher (Python's re) takes time exponential in the run of a's or x's on
+# these; it would not finish on a megabyte. The script times extract_metrics on a log of
+# `size` bytes (lines of the wrapper's largest size, 64 KiB, the last one cut short) and
+# on a single line of that size, each pattern against the input it explodes on.
+_TIMED = """
+import sys, time
+from service.logs import LogRecord, extract_metrics
+size = int(sys.argv[1])
+cases = [("a", "(a+)+$", "a", "b"), ("x", "(x+x+)+y", "x", "z")]
+total = 0.0
+for name, regex, fill, tail in cases:
+    lines = [fill * (64 * 1024 - 1) + tail for _ in range(size // (64 * 1024))]
+    for records in ([LogRecord(1, 0.0, line) for line in lines],
+                    [LogRecord(1, 0.0, fill * (size - 1) + tail)]):
+        start = time.perf_counter()
+        found = extract_metrics(records, [(name, regex)])
+        total += time.perf_counter() - start
+        assert found == {name: []}, found
+print(total)
+"""
+
+
+def _time_catastrophic_metrics(size: int) -> float:
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED, str(size)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"metric regexes on {size} bytes of log did not finish in 60 s")
+    return float(done.stdout)
+
+
+def test_catastrophic_metric_regexes_run_in_linear_time() -> None:
+    small = _time_catastrophic_metrics(256 * 1024)
+    large = _time_catastrophic_metrics(1024 * 1024)
+    # Milliseconds on RE2; the bound is generous for a loaded machine. Four times the
+    # input may take four times as long (and some slack), never the square of it.
+    assert large < 2.0, large
+    assert large < 16 * small + 0.2, (small, large)
