@@ -51,6 +51,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest body of a prediction request (413 above).",
     )
+    max_log_followers_per_tenant: int = Field(
+        default=8,
+        gt=0,
+        description="Training logs one tenant may follow (follow=true) at once, counted per "
+        "API process (429 above).",
+    )
     archive_max_files: int = Field(default=10_000, gt=0)
     archive_max_unpacked_bytes: int = Field(default=2 * 1024**3, gt=0)
     auto_migrate: bool = Field(

@@ -40,6 +40,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
     )
+    app.state.log_followers = logs.LogFollowers(platform.settings.max_log_followers_per_tenant)
     install_common(
         app,
         platform,
