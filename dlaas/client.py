@@ -48,6 +48,8 @@ from dlaas.errors import (
 from dlaas.models import ApiKey, Deployment, MetricPoint, ResultFile, Tenant, Training
 
 ProgressCallback = Callable[[int, int | None], None]
+# The header of a log page that says where the next one starts.
+NEXT_CURSOR = "X-Next-Cursor"
 """Called with (bytes done, bytes in all or None if unknown) as an upload or download runs."""
 
 ManifestSource = str | os.PathLike[str] | Mapping[str, Any]
@@ -265,28 +267,41 @@ def _strip_top_directory(members: builtins.list[tarfile.TarInfo]) -> builtins.li
 class LogStream(_ClosedOnExit):
     """The lines of a training's log, as an iterator of str (no trailing newline).
 
-    Each line is `<ISO time> [learner <i>] <text>`. A followed stream ends when the training
+    Each line is `<ISO time> [learner <i>] <text>`. A log read without follow comes in
+    pages (the server sends at most 1 MiB at a time); the next page is asked for when one
+    runs out, so the iterator yields every line. A followed stream ends when the training
     has ended and every line was delivered. Iterating raises `ConnectionFailed` if the
     connection breaks. Close it (or use it as a context manager) to stop early.
     """
 
-    def __init__(self, client: Client, response: httpx.Response) -> None:
+    def __init__(
+        self,
+        client: Client,
+        response: httpx.Response,
+        next_page: Callable[[str], httpx.Response] | None = None,
+    ) -> None:
         self._client = client
         self._response = response
         self._lines = response.iter_lines()
+        self._next_page = next_page
 
     def __iter__(self) -> Iterator[str]:
         return self
 
     def __next__(self) -> str:
-        try:
-            return next(self._lines)
-        except StopIteration:
-            self.close()
-            raise
-        except httpx.HTTPError as e:
-            self.close()
-            raise self._client._connection_failed(e) from e
+        while True:
+            try:
+                return next(self._lines)
+            except StopIteration:
+                cursor = self._response.headers.get(NEXT_CURSOR)
+                self.close()
+                if cursor is None or self._next_page is None:
+                    raise
+            except httpx.HTTPError as e:
+                self.close()
+                raise self._client._connection_failed(e) from e
+            self._response = self._next_page(cursor)
+            self._lines = self._response.iter_lines()
 
     def close(self) -> None:
         self._response.close()
@@ -408,21 +423,28 @@ class Trainings:
     ) -> LogStream:
         """Every learner's output: `GET /v1/trainings/{id}/logs`, as an iterator of lines.
 
-        With `follow`, the lines arrive as the learners print them and the iterator ends
-        when the training has ended. `learner` keeps one learner's lines (1..N); `since`
-        (ISO time, epoch seconds or datetime) drops older ones. Raises `NotFound` here, and
-        `ConnectionFailed` while iterating if the connection breaks.
+        Without `follow`, the log so far, read a page (at most 1 MiB) at a time as the
+        iterator goes. With `follow`, the lines arrive as the learners print them and the
+        iterator ends when the training has ended; a tenant may follow only so many logs at
+        once (`RateLimited` above that). `learner` keeps one learner's lines (1..N);
+        `since` (ISO time, epoch seconds or datetime) drops older ones. Raises `NotFound`
+        here, and `ConnectionFailed` while iterating if the connection breaks.
         """
         params: dict[str, Any] = {"follow": "true" if follow else "false"}
         if learner is not None:
             params["learner"] = learner
         if (stamp := _since(since)) is not None:
             params["since"] = stamp
-        timeout = httpx.Timeout(self._client.timeout, read=None) if follow else self._client.timeout
-        response = self._client._open_stream(
-            "GET", f"/v1/trainings/{training_id}/logs", params=params, timeout=timeout
-        )
-        return LogStream(self._client, response)
+        path = f"/v1/trainings/{training_id}/logs"
+        if follow:
+            timeout = httpx.Timeout(self._client.timeout, read=None)
+            response = self._client._open_stream("GET", path, params=params, timeout=timeout)
+            return LogStream(self._client, response)
+
+        def page(cursor: str) -> httpx.Response:
+            return self._client._open_stream("GET", path, params={**params, "cursor": cursor})
+
+        return LogStream(self._client, self._client._open_stream("GET", path, params=params), page)
 
     def metrics(self, training_id: str) -> dict[str, builtins.list[MetricPoint]]:
         """The manifest's evaluation metrics as read from the logs so far:

@@ -37,7 +37,25 @@ class Settings(BaseSettings):
         description="YAML file overriding the framework, compute and plan catalogs.",
     )
     max_upload_bytes: int = Field(
-        default=200 * 1024 * 1024, gt=0, description="Largest accepted request body (413 above)."
+        default=200 * 1024 * 1024,
+        gt=0,
+        description="Largest training upload (413 above).",
+    )
+    max_json_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        description="Largest body of every other request (JSON documents; 413 above).",
+    )
+    max_prediction_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        gt=0,
+        description="Largest body of a prediction request (413 above).",
+    )
+    max_log_followers_per_tenant: int = Field(
+        default=8,
+        gt=0,
+        description="Training logs one tenant may follow (follow=true) at once, counted per "
+        "API process (429 above).",
     )
     archive_max_files: int = Field(default=10_000, gt=0)
     archive_max_unpacked_bytes: int = Field(default=2 * 1024**3, gt=0)

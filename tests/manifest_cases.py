@@ -163,6 +163,23 @@ REJECTED = [
         "does not compile",
     ),
     Case(
+        "metric-backreference",
+        base(evaluation_metrics=[{"name": "loss", "regex": r"(a)\1"}]),
+        "/evaluation_metrics/0/regex",
+        "no backreferences",
+    ),
+    Case(
+        "metric-lookahead",
+        base(
+            evaluation_metrics=[
+                {"name": "acc", "regex": r"acc=([0-9.]+)"},
+                {"name": "loss", "regex": r"loss=(?=\d)([0-9.]+)"},
+            ]
+        ),
+        "/evaluation_metrics/1/regex",
+        "invalid perl operator: (?=",
+    ),
+    Case(
         "metric-no-group",
         base(evaluation_metrics=[{"name": "loss", "regex": "loss=[0-9.]+"}]),
         "/evaluation_metrics/0/regex",
@@ -300,6 +317,18 @@ ACCEPTED = [
         "metrics-and-runtime",
         base(
             max_runtime=3600, evaluation_metrics=[{"name": "loss", "regex": r"loss=([0-9.eE+-]+)"}]
+        ),
+        "standard",
+    ),
+    (
+        # Exponential for a backtracking matcher, linear on RE2 (tests/unit/test_logs.py).
+        "metrics-nested-quantifiers",
+        base(
+            evaluation_metrics=[
+                {"name": "a", "regex": "(a+)+$"},
+                {"name": "x", "regex": "(x+x+)+y"},
+                {"name": "named", "regex": r"loss=(?P<value>[0-9.]+)"},
+            ]
         ),
         "standard",
     ),

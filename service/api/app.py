@@ -40,7 +40,13 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
     )
-    install_common(app, platform, fast_paths=[predictions.FastPredictions])
+    app.state.log_followers = logs.LogFollowers(platform.settings.max_log_followers_per_tenant)
+    install_common(
+        app,
+        platform,
+        fast_paths=[predictions.FastPredictions],
+        public_paths=health.PUBLIC_PATHS,
+    )
     # Routes are matched in order: the hot paths first (predictions, then trainings).
     app.include_router(predictions.predictions_router(platform))
     app.include_router(trainings.router)

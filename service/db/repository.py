@@ -247,6 +247,19 @@ def training_view(conn: Connection, tenant_id: str, training_id: str) -> Trainin
     )
 
 
+_TRAINING_STATUS = select(Training.status).where(
+    Training.id == bindparam("training_id"), Training.tenant_id == bindparam("tenant_id")
+)
+
+
+def training_status(conn: Connection, tenant_id: str, training_id: str) -> str | None:
+    """The tenant's training's status, or None if the tenant has no such training: one
+    prepared Core query, what a log follower asks while it waits."""
+    args = {"training_id": training_id, "tenant_id": tenant_id}
+    row = conn.execute(_TRAINING_STATUS, args).first()
+    return None if row is None else str(row[0])
+
+
 def encode_cursor(created_at: datetime, training_id: str) -> str:
     raw = json.dumps([created_at.isoformat(), training_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")

@@ -9,10 +9,10 @@ field errors are JSON pointers into the document *as the user wrote it* (so a se
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -318,17 +318,54 @@ def _parameter_server_errors(
         )
 
 
+class MetricMatch(Protocol):
+    def group(self, index: int, /) -> str | None: ...
+
+
+class MetricPattern(Protocol):
+    """An evaluation metric's regex, compiled (see `metric_pattern`)."""
+
+    @property
+    def groups(self) -> int: ...
+
+    def search(self, text: str, /) -> MetricMatch | None: ...
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused regex is the user's error, not the server's
+
+
+def metric_pattern(regex: str) -> MetricPattern:
+    """An evaluation metric's regex compiled with RE2, which matches in time linear in the
+    line whatever the pattern (no backtracking), so no regex can stall the service.
+
+    RE2 takes Python's syntax (named groups included) except what needs backtracking:
+    backreferences and lookaround. Raises ValueError, saying why, for a regex it refuses.
+    """
+    try:
+        return cast(MetricPattern, re2.compile(regex, _RE2_OPTIONS))
+    except re2.error as e:
+        reason = e.args[0] if e.args else "invalid"
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(
+            f"does not compile: {reason} (metric regexes run on RE2, which has no "
+            "backreferences or lookaround)"
+        ) from None
+
+
 def _metric_errors(metrics: list[EvaluationMetric]) -> Iterator[FieldError]:
-    """Metric names are unique; each regex compiles and captures exactly the value."""
+    """Metric names are unique; each regex compiles (with RE2) and captures exactly the
+    value."""
     seen: set[str] = set()
     for i, metric in enumerate(metrics):
         if metric.name in seen:
             yield FieldError(f"/evaluation_metrics/{i}/name", "is given twice")
         seen.add(metric.name)
         try:
-            groups = re.compile(metric.regex).groups
-        except re.error as e:
-            yield FieldError(f"/evaluation_metrics/{i}/regex", f"does not compile: {e}")
+            groups = metric_pattern(metric.regex).groups
+        except ValueError as e:
+            yield FieldError(f"/evaluation_metrics/{i}/regex", str(e))
             continue
         if groups != 1:
             yield FieldError(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 
-from service.http.limits import BodySizeLimit
+from service.http.limits import BodyCap, BodyLimits, RequestGate
 from service.http.problems import install_problem_handlers
 from service.platform import Platform
 
@@ -26,12 +26,35 @@ async def get_platform(request: Request) -> Platform:
 PlatformDep = Annotated[Platform, Depends(get_platform)]
 
 
-def install_common(app: FastAPI, platform: Platform, *, fast_paths: Sequence[Any] = ()) -> None:
-    """What every app of the platform has: its platform, the body size limit, the problem+json
-    error handlers, and `fast_paths`: middleware that answers some requests ahead of routing,
-    inside the body size limit."""
+def body_limits(platform: Platform) -> BodyLimits:
+    """Each route's body cap, from the settings."""
+    settings = platform.settings
+    return BodyLimits(
+        json=BodyCap(settings.max_json_bytes, "DLAAS_MAX_JSON_BYTES"),
+        upload=BodyCap(settings.max_upload_bytes, "DLAAS_MAX_UPLOAD_BYTES"),
+        predictions=BodyCap(settings.max_prediction_bytes, "DLAAS_MAX_PREDICTION_BYTES"),
+    )
+
+
+def install_common(
+    app: FastAPI,
+    platform: Platform,
+    *,
+    fast_paths: Sequence[Any] = (),
+    public_paths: Collection[str] = (),
+) -> None:
+    """What every app of the platform has: its platform, the request gate (the caller's
+    key, then each route's body cap, before a body is read), the problem+json error
+    handlers, and `fast_paths`: middleware that answers some requests ahead of routing,
+    inside the gate. `public_paths` (and the app's docs) need no key."""
     app.state.platform = platform
     for middleware in fast_paths:
         app.add_middleware(middleware)
-    app.add_middleware(BodySizeLimit, max_bytes=platform.settings.max_upload_bytes)
+    docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    app.add_middleware(
+        RequestGate,
+        platform=platform,
+        limits=body_limits(platform),
+        public_paths={*public_paths, *(path for path in docs if path)},
+    )
     install_problem_handlers(app)

@@ -11,6 +11,9 @@ from service.http.app import PlatformDep
 
 router = APIRouter(tags=["health"])
 
+# Probes ask without a key.
+PUBLIC_PATHS = ("/healthz", "/readyz")
+
 
 class NotReady(DlaasError):
     status = 503

@@ -1,43 +1,116 @@
-"""Refuse request bodies above the configured size before anything is parsed or stored."""
+"""What a request passes before a byte of its body is read: the caller's key, then the size
+of the body for its route.
+
+Without this, a route's body is read and parsed (FastAPI reads it before it solves the
+dependency that checks the key) before the caller is known, so anyone could make the
+server read, and hold, as much as the largest upload allows. Here the key is checked from
+the headers alone (401 or 403 problem+json, the body never read), then the declared size
+against the route's cap (413 at once), and a body without a declared size is counted as it
+streams in and cut at the cap.
+"""
 
 from __future__ import annotations
 
-import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.auth import hash_api_key, keys_match
+from service.errors import DlaasError, PayloadTooLarge
+from service.http.auth import authenticate, bearer_key
+from service.http.problems import dlaas_problem
+from service.platform import Platform
+
+_PREDICTIONS = re.compile(r"/v1/deployments/[^/]+/predictions")
+
+
+@dataclass(frozen=True)
+class BodyCap:
+    """The most bytes a request's body may have, and the setting that says so."""
+
+    max_bytes: int
+    setting: str
+
+    def detail(self) -> str:
+        return (
+            f"the request body is larger than the limit of {self.max_bytes} bytes "
+            f"for this route ({self.setting})"
+        )
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """Each route's body cap: the training upload is large, predictions middling, every
+    other body (small JSON documents) small."""
+
+    json: BodyCap
+    upload: BodyCap
+    predictions: BodyCap
+
+    def cap(self, method: str, path: str) -> BodyCap:
+        if method == "POST":
+            if path == "/v1/trainings":
+                return self.upload
+            if _PREDICTIONS.fullmatch(path):
+                return self.predictions
+        return self.json
 
 
 class _TooLarge(HTTPException):
     """An HTTPException, so body parsers that wrap other errors as 400 let it through and
     the app's own problem handler renders it."""
 
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(413, _detail(max_bytes))
+    def __init__(self, cap: BodyCap) -> None:
+        super().__init__(413, cap.detail())
 
 
-def _detail(max_bytes: int) -> str:
-    return f"the request body is larger than the limit of {max_bytes} bytes"
+class RequestGate:
+    """ASGI middleware: the caller's key and the body's size are checked before the body
+    is read (see the module's docstring).
 
-
-class BodySizeLimit:
-    """ASGI middleware: 413 problem+json when a body is (or turns out to be) too large.
-
-    Content-Length is checked up front; chunked bodies are counted as they stream in.
+    Every path a route serves but `public_paths` needs a key: the admin key, or a tenant's
+    key that `authenticate` knows (a cached key costs no thread; a new one is looked up in
+    a worker thread). Whether the key may do what the route does is still the route's
+    question (a tenant key on an admin route is a 403 there).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        platform: Platform,
+        limits: BodyLimits,
+        public_paths: Collection[str] = (),
+    ) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.platform = platform
+        self.limits = limits
+        self.public_paths = frozenset(public_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, send)
+        path: str = scope["path"]
+        if path not in self.public_paths:
+            try:
+                await self._check_key(scope)
+            except DlaasError as exc:
+                # A path no route serves is a 404 whoever asks (the body is not read).
+                if _routed(scope):
+                    await self._refuse(dlaas_problem(exc, path), scope, receive, send)
+                    return
+        cap = self.limits.cap(scope["method"], path)
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap.max_bytes:
+            response = dlaas_problem(PayloadTooLarge(cap.detail()), path)
+            await self._refuse(response, scope, receive, send)
             return
         seen = 0
         started = False
@@ -47,8 +120,8 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge(self.max_bytes)
+                if seen > cap.max_bytes:
+                    raise _TooLarge(cap)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -61,28 +134,40 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._refuse(scope, send)
+                response = dlaas_problem(PayloadTooLarge(cap.detail()), path)
+                await self._refuse(response, scope, receive, send)
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
-        detail = _detail(self.max_bytes)
-        body = json.dumps(
-            {
-                "type": "urn:dlaas:problem:payload-too-large",
-                "title": "Payload too large",
-                "status": 413,
-                "detail": detail,
-                "instance": scope.get("path", ""),
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/problem+json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+    async def _check_key(self, scope: Scope) -> None:
+        """Raises Unauthorized unless the request carries a key of this platform."""
+        key = bearer_key(Request(scope))
+        if self.platform.tenant_keys.get(hash_api_key(key)) is not None:
+            return
+        if keys_match(key, self.platform.admin_key):
+            return
+        await run_in_threadpool(authenticate, self.platform, key)
+
+    @staticmethod
+    async def _refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer without reading the body. A request that has one gets its connection
+        closed after the answer, so the server reads no more of a body the client may
+        still be sending."""
+        length = _header(scope, b"content-length")
+        if _header(scope, b"transfer-encoding") is not None or length not in (None, "0"):
+            response.headers["Connection"] = "close"
+        await response(scope, receive, send)
+
+
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the app serves the path (with this method or another)."""
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    if router is None:
+        return True
+    return any(route.matches(scope)[0] is not Match.NONE for route in router.routes)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from service.domain.manifest import MetricMatch, metric_pattern
 from service.logs.base import LogRecord, LogStore, iso_utc
 
 __all__ = [
+    "LogPage",
     "LogRecord",
     "LogStore",
     "MetricPoint",
     "all_records",
     "extract_metrics",
     "open_log_store",
+    "read_page",
+    "render_lines",
 ]
 
-_STEP = re.compile(r"step[ =:]+(\d+)", re.IGNORECASE)
+_STEP = metric_pattern(r"(?i)step[ =:]+(\d+)")
 
 
 def open_log_store(kind: str, *, dir: str | None = None, url: str | None = None) -> LogStore:
@@ -52,6 +56,76 @@ def all_records(store: LogStore, training_id: str) -> Iterator[LogRecord]:
         yield from records
 
 
+# Records per store read: bounds what one read holds (a record is at most 64 KiB of line).
+READ_BATCH = 256
+
+
+def render_lines(records: Iterable[LogRecord], keep: Callable[[LogRecord], bool]) -> bytes:
+    """The kept records as the API serves them: one rendered line each, UTF-8."""
+    return b"".join(_line(r) for r in records if keep(r))
+
+
+def _line(record: LogRecord) -> bytes:
+    return (record.render() + "\n").encode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class LogPage:
+    text: bytes  # the kept records' rendered lines
+    cursor: str  # just past the last record looked at
+    more: bool  # stopped at a cap: read again from `cursor` for the rest
+
+
+def read_page(
+    store: LogStore,
+    training_id: str,
+    cursor: str | None,
+    *,
+    keep: Callable[[LogRecord], bool],
+    max_bytes: int,
+    max_records: int,
+) -> LogPage:
+    """The kept records after `cursor`, rendered, up to `max_bytes` of lines (at least one
+    line, so a page always moves on) and `max_records` records looked at (kept or not).
+    The cursor is exact: the next page starts with the first record this one left out.
+    Raises ValueError for an invalid cursor."""
+    text = bytearray()
+    looked = 0
+    after = cursor
+    while looked < max_records:
+        batch = min(READ_BATCH, max_records - looked)
+        limit = batch
+        while True:
+            records, next_cursor = store.read(training_id, after, limit)
+            lines = [_line(r) if keep(r) else b"" for r in records]
+            fit = _fitting(lines, max_bytes - len(text), first=not text)
+            if fit == len(records):
+                break
+            # Cut inside this batch: read exactly the records that fit, for a cursor just
+            # past them. (Fewer than asked, so this ends; a log that grew between the two
+            # reads is measured again.)
+            limit = fit
+        text += b"".join(lines)
+        looked += len(records)
+        after = next_cursor
+        if limit < batch:
+            return LogPage(bytes(text), after, more=True)
+        if len(records) < limit:
+            return LogPage(bytes(text), after, more=False)
+    return LogPage(bytes(text), after or "", more=True)
+
+
+def _fitting(lines: Sequence[bytes], budget: int, *, first: bool) -> int:
+    """How many of `lines`, from the first, fit in `budget` bytes (one at least if `first`
+    and there is one: a page always holds a line)."""
+    used = 0
+    for i, line in enumerate(lines):
+        used += len(line)
+        if used > budget and not (first and used == len(line)):
+            return i
+    return len(lines)
+
+
 class MetricPoint(TypedDict):
     value: float
     learner: int
@@ -68,20 +142,24 @@ def extract_metrics(
     none) is the value, its first match per line counts. Values that are not finite floats
     are skipped. `step` is the number after "step" (`step[ =:]+N`, any case) in the same
     line, or None. Every name is in the result, with an empty list if nothing matched.
-    Raises re.error for a regex that does not compile.
+    The regexes run on RE2 (`metric_pattern`): linear in the line, whatever the pattern.
+    Raises ValueError for a regex RE2 does not compile.
     """
-    compiled = [(name, re.compile(regex)) for name, regex in metrics]
+    compiled = [(name, metric_pattern(regex)) for name, regex in metrics]
     result: dict[str, list[MetricPoint]] = {name: [] for name, _ in metrics}
     for record in records:
-        step_match: re.Match[str] | None = None
+        step_match: MetricMatch | None = None
         step_searched = False
         for name, pattern in compiled:
             match = pattern.search(record.line)
             if match is None:
                 continue
+            text = match.group(1) if pattern.groups else match.group(0)
+            if text is None:  # the group did not take part
+                continue
             try:
-                value = float(match.group(1) if pattern.groups else match.group(0))
-            except (TypeError, ValueError):  # TypeError: the group did not take part
+                value = float(text)
+            except ValueError:
                 continue
             if not math.isfinite(value):
                 continue
@@ -92,7 +170,12 @@ def extract_metrics(
                     value=value,
                     learner=record.learner,
                     timestamp=iso_utc(record.ts),
-                    step=int(step_match.group(1)) if step_match else None,
+                    step=_step(step_match),
                 )
             )
     return result
+
+
+def _step(match: MetricMatch | None) -> int | None:
+    step = match.group(1) if match is not None else None
+    return int(step) if step is not None else None

@@ -40,7 +40,12 @@ def create_scoring_app(
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
     )
-    install_common(app, platform, fast_paths=[predictions.FastPredictions])
+    install_common(
+        app,
+        platform,
+        fast_paths=[predictions.FastPredictions],
+        public_paths=health.PUBLIC_PATHS,
+    )
     app.include_router(health.router)
     app.include_router(predictions.predictions_router(platform, local=True))
     return app

@@ -357,6 +357,21 @@ def test_logs_and_metrics(me: Client, platform: Platform) -> None:
     assert bad_since.value.fields == ["since"]
 
 
+def test_logs_read_without_follow_go_through_every_page(
+    me: Client, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import service.api.logs
+
+    monkeypatch.setattr(service.api.logs, "PAGE_BYTES", 300)  # a few lines a page
+    training = me.trainings.create(manifest(), ENV_CODE)
+    records = [LogRecord(1 + i % 2, 1_700_000_000.0 + i, f"line {i}") for i in range(40)]
+    platform.logs.append(training.id, records)
+    assert list(me.trainings.logs(training.id)) == [r.render() for r in records]
+    assert list(me.trainings.logs(training.id, learner=2)) == [
+        r.render() for r in records if r.learner == 2
+    ]
+
+
 def test_stop_and_delete(me: Client, platform: Platform) -> None:
     queued = me.trainings.create(manifest(), ENV_CODE)
     stopped = me.trainings.stop(queued.id)

@@ -7,10 +7,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from service.logs import LogRecord, LogStore, extract_metrics, open_log_store
+from service.logs import (
+    LogPage,
+    LogRecord,
+    LogStore,
+    extract_metrics,
+    open_log_store,
+    read_page,
+)
 from service.logs.files import FileLogStore, decode_cursor, encode_cursor
 from service.logs.redis import RedisLogStore
 
@@ -319,3 +327,141 @@ def test_extract_metrics_keeps_record_order_and_learners() -> None:
 def test_extract_metrics_with_no_metrics_or_records() -> None:
     assert extract_metrics([LogRecord(1, T0, "loss=1")], []) == {}
     assert extract_metrics([], [LOSS]) == {"loss": []}
+
+
+def test_extract_metrics_keeps_named_groups() -> None:
+    line = "step 3 loss=0.125"
+    result = extract_metrics([LogRecord(1, T0, line)], [("loss", r"loss=(?P<v>[0-9.]+)")])
+    assert [(p["value"], p["step"]) for p in result["loss"]] == [(0.125, 3)]
+
+
+def test_extract_metrics_refuses_a_regex_re2_cannot_run() -> None:
+    with pytest.raises(ValueError, match="backreferences"):
+        extract_metrics([LogRecord(1, T0, "aa")], [("a", r"(a)\1")])
+
+
+# A backtracking matcher (Python's re) takes time exponential in the run of a's or x's on
+# these; it would not finish on a megabyte. The script times extract_metrics on a log of
+# `size` bytes (lines of the wrapper's largest size, 64 KiB, the last one cut short) and
+# on a single line of that size, each pattern against the input it explodes on.
+_TIMED = """
+import sys, time
+from service.logs import LogRecord, extract_metrics
+size = int(sys.argv[1])
+cases = [("a", "(a+)+$", "a", "b"), ("x", "(x+x+)+y", "x", "z")]
+total = 0.0
+for name, regex, fill, tail in cases:
+    lines = [fill * (64 * 1024 - 1) + tail for _ in range(size // (64 * 1024))]
+    for records in ([LogRecord(1, 0.0, line) for line in lines],
+                    [LogRecord(1, 0.0, fill * (size - 1) + tail)]):
+        start = time.perf_counter()
+        found = extract_metrics(records, [(name, regex)])
+        total += time.perf_counter() - start
+        assert found == {name: []}, found
+print(total)
+"""
+
+
+def _time_catastrophic_metrics(size: int) -> float:
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED, str(size)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"metric regexes on {size} bytes of log did not finish in 60 s")
+    return float(done.stdout)
+
+
+def test_catastrophic_metric_regexes_run_in_linear_time() -> None:
+    small = _time_catastrophic_metrics(256 * 1024)
+    large = _time_catastrophic_metrics(1024 * 1024)
+    # Milliseconds on RE2; the bound is generous for a loaded machine. Four times the
+    # input may take four times as long (and some slack), never the square of it.
+    assert large < 2.0, large
+    assert large < 16 * small + 0.2, (small, large)
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+
+def _keep_all(record: LogRecord) -> bool:
+    return True
+
+
+def _pages(
+    store: LogStore, tid: str, *, max_bytes: int, max_records: int = 1_000_000, keep: Any = None
+) -> list[LogPage]:
+    pages: list[LogPage] = []
+    cursor: str | None = None
+    while True:
+        page = read_page(
+            store,
+            tid,
+            cursor,
+            keep=keep or _keep_all,
+            max_bytes=max_bytes,
+            max_records=max_records,
+        )
+        pages.append(page)
+        cursor = page.cursor
+        if not page.more:
+            return pages
+        assert len(pages) < 1000
+
+
+def test_pages_hold_every_line_once_within_the_byte_cap(store: LogStore, tid: str) -> None:
+    # Two learners, interleaved in time, lines of varied sizes, more than a read batch.
+    records = [rec(1 + i % 2, T0 + i, f"line {i} " + "x" * (i % 97)) for i in range(700)]
+    store.append(tid, records)
+    expected = [(r.render() + "\n").encode() for r in records]
+    pages = _pages(store, tid, max_bytes=4096)
+    assert all(len(p.text) <= 4096 for p in pages)
+    assert all(p.more for p in pages[:-1]) and not pages[-1].more
+    assert b"".join(p.text for p in pages) == b"".join(expected)
+    assert len(pages) >= sum(map(len, expected)) // 4096
+
+
+def test_a_page_continues_exactly_after_the_cut(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, T0 + i, f"{i:03d}" + "y" * 96) for i in range(10)])
+    line = len(rec(1, T0, "000" + "y" * 96).render()) + 1
+    first = read_page(store, tid, None, keep=_keep_all, max_bytes=3 * line + 5, max_records=100)
+    assert first.more and first.text.count(b"\n") == 3
+    rest = read_page(store, tid, first.cursor, keep=_keep_all, max_bytes=10**6, max_records=100)
+    assert not rest.more
+    assert [ln.split(b"] ")[1][:3] for ln in rest.text.splitlines()] == [
+        f"{i:03d}".encode() for i in range(3, 10)
+    ]
+
+
+def test_a_line_longer_than_the_cap_is_a_page_of_its_own(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1, T0, "a" * 5000), rec(1, T0 + 1, "b")])
+    pages = _pages(store, tid, max_bytes=100)
+    assert [p.text.count(b"\n") for p in pages] == [1, 1]
+    assert b"a" * 5000 in pages[0].text
+
+
+def test_filtered_pages_and_the_record_cap(store: LogStore, tid: str) -> None:
+    store.append(tid, [rec(1 + i % 4, T0 + i, f"n{i}") for i in range(600)])
+
+    def learner_4(r: LogRecord) -> bool:
+        return r.learner == 4
+
+    pages = _pages(store, tid, max_bytes=10**6, max_records=50, keep=learner_4)
+    lines = b"".join(p.text for p in pages).splitlines()
+    assert [ln.rsplit(b" ", 1)[1] for ln in lines] == [f"n{i}".encode() for i in range(3, 600, 4)]
+    assert len(pages) == 13  # 600 records, 50 looked at per page, and the empty end
+    assert pages[-1].text == b"" and not pages[-1].more
+
+
+def test_a_page_of_an_empty_log_is_empty(store: LogStore, tid: str) -> None:
+    page = read_page(store, tid, None, keep=_keep_all, max_bytes=100, max_records=100)
+    assert page.text == b"" and not page.more
+    with pytest.raises(ValueError):
+        read_page(store, tid, "not a cursor!", keep=_keep_all, max_bytes=100, max_records=100)

@@ -114,7 +114,8 @@ _NO_DISTRIBUTED_COMPUTE = DEFAULT_CATALOG.with_overrides(
                 ("/evaluation_metrics/1/name", "is given twice"),
                 (
                     "/evaluation_metrics/1/regex",
-                    "does not compile: missing ), unterminated subpattern at position 5",
+                    "does not compile: missing ): loss=(\\S+ (metric regexes run on RE2, "
+                    "which has no backreferences or lookaround)",
                 ),
                 (
                     "/evaluation_metrics/2/regex",
