@@ -47,7 +47,7 @@ NEXT_CURSOR = "X-Next-Cursor"
 # A follower's pause between two reads while no line comes: short after a line, longer
 # while the log is quiet.
 _PAUSE_MIN = 0.05
-_PAUSE_MAX = 1.0
+_PAUSE_MAX = 0.25
 # How often a quiet follower re-reads the training's state.
 _STATE_CHECK = 1.0
 # What a refused follower is told to wait before it asks again.
