@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     scoring_threads: int = Field(
         default=2, gt=0, description="Model calls that run at once per deployment."
     )
+    scoring_call_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a model call may take; past it the deployment's model process is "
+        "restarted and its waiting predictions answered 503.",
+    )
     scoring_poll_interval: float = Field(
         default=2.0, gt=0, description="Seconds between two looks for deployments to load."
     )
@@ -97,6 +103,11 @@ class Settings(BaseSettings):
         default=None,
         description="redis://... for prediction rate limits shared by scoring replicas; "
         "default the broker if it is Redis, else counted in the scoring process.",
+    )
+    allow_unsandboxed: bool = Field(
+        default=False,
+        description="Run tenants' code without a sandbox where none can be made (a one-user "
+        "machine)",
     )
     s3_endpoint: str | None = Field(
         default=None,
