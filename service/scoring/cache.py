@@ -147,6 +147,7 @@ class ModelCache:
         self._loading: dict[str, threading.Lock] = {}
         self._failed: TtlCache[str, ModelProblem] = TtlCache(_FAILURE_TTL)
         self._lock = threading.Lock()
+        self._closed = False
 
     def local_dir(self, deployment_id: str) -> Path:
         return self.root / "models" / deployment_id
@@ -188,7 +189,12 @@ class ModelCache:
                 raise
             served = ServedModel(model, self.batching, deployment_id)
             with self._lock:
-                self._models[deployment_id] = served
+                closed = self._closed
+                if not closed:
+                    self._models[deployment_id] = served
+            if closed:  # the service stopped meanwhile: leave no process behind
+                served.close()
+                raise ModelUnloaded("the scoring service stopped")
             log.info("started the model process of deployment %s (%s)", deployment_id, model_key)
             return served
 
@@ -203,6 +209,8 @@ class ModelCache:
         shutil.rmtree(self.local_dir(deployment_id), ignore_errors=True)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         for deployment_id in self.cached_ids():
             with self._lock:
                 served = self._models.pop(deployment_id, None)

@@ -74,6 +74,9 @@ MAX_GRAPH_HEADER = 256 * 1024 * 1024
 # Largest body of a call or an answer.
 MAX_BODY = 1024 * 1024 * 1024
 _LENGTH = np.dtype("<u8")
+# Wire name -> the little-endian dtype of its bytes, and back (numpy's dtype.name is slow).
+_WIRE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES if name != "string"}
+_NAMES = {dtype: name for name, dtype in _WIRE.items()}
 
 
 class WireError(ValueError):
@@ -94,10 +97,10 @@ def _raw(array: np.ndarray) -> tuple[str, list[bytes | memoryview], int]:
         lengths = np.fromiter((len(v) for v in values), dtype=_LENGTH, count=len(values))
         data = b"".join(values)
         return "string", [lengths.tobytes(), data], lengths.nbytes + len(data)
-    name = array.dtype.name
-    if name not in DTYPES:
-        raise WireError(f"arrays of dtype {name} cannot be sent")
-    little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    name = _NAMES.get(array.dtype) or _NAMES.get(array.dtype.newbyteorder("<"))
+    if name is None:
+        raise WireError(f"arrays of dtype {array.dtype.name} cannot be sent")
+    little = np.ascontiguousarray(array, dtype=_WIRE[name])
     return name, [little.reshape(-1).view(np.uint8).data], little.nbytes
 
 
@@ -219,7 +222,7 @@ def tensors_of(header: Mapping[str, Any], body: memoryview) -> dict[str, np.ndar
         if dtype == "string":
             out[name] = _strings(name, region, count, shape)
         else:
-            item = np.dtype(dtype).newbyteorder("<")
+            item = _WIRE[dtype]
             if count * item.itemsize != nbytes:
                 raise WireError(f"tensor {name!r}: {nbytes} bytes for {count} {dtype} values")
             out[name] = np.frombuffer(region, dtype=item, count=count).reshape(shape)

@@ -252,20 +252,31 @@ def signatures_from_json(value: Any) -> dict[str, SignatureInfo]:
     return signatures
 
 
+_OBJECT = np.dtype(object)
+
+
+def _expected_dtype(info: TensorInfo) -> np.dtype[Any] | None:
+    """The dtype an output arrives in (None: any, a dtype that cannot cross)."""
+    if info.dtype == "string":
+        return _OBJECT
+    return np.dtype(info.dtype) if info.dtype in DTYPES else None
+
+
 def _check_outputs(
     signature: SignatureInfo, outputs: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """The outputs, if they are the signature's, each of its dtype and shape."""
-    if set(outputs) != set(signature.outputs):
+    if outputs.keys() != signature.outputs.keys():
         raise WireError(
             f"outputs {sorted(outputs)} for signature '{signature.name}', whose outputs are "
             f"{sorted(signature.outputs)}"
         )
     for name, array in outputs.items():
         info = signature.outputs[name]
-        dtype = "string" if array.dtype == object else array.dtype.name
-        if info.dtype in DTYPES and dtype != info.dtype:
-            raise WireError(f"output {name!r} of dtype {dtype}, not {info.dtype}")
+        expected = _expected_dtype(info)
+        if expected is not None and array.dtype != expected:
+            got = "string" if array.dtype == _OBJECT else array.dtype.name
+            raise WireError(f"output {name!r} of dtype {got}, not {info.dtype}")
         if info.shape is not None and (
             len(info.shape) != array.ndim
             or any(e is not None and e != g for e, g in zip(info.shape, array.shape, strict=True))
@@ -387,6 +398,7 @@ class ModelProcess:
         ModelFailed (the model's own failure) or _Gone (the process is gone)."""
         timeout = self.config.call_timeout
         deadline = time.monotonic() + timeout
+        frame = encode({"op": "call", "signature": signature.name}, tensors)
         try:
             conn = self._take(deadline)
         except TimeoutError as e:
@@ -395,7 +407,7 @@ class ModelProcess:
         healthy = False
         try:
             conn.settimeout(timeout)
-            send(conn, encode({"op": "call", "signature": signature.name}, tensors))
+            send(conn, frame)
             header, body = receive(conn, deadline=deadline)
             op = header.get("op")
             if op == "error":

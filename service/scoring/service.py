@@ -197,6 +197,9 @@ class ScoringService:
             signatures = signatures_to_json(served.signatures)
             status, message = DeploymentState.READY, None
         except Exception as e:
+            if self._stop.is_set():  # not the model's fault: another process deploys it
+                log.info("scoring: stopped while deploying %s", deployment_id)
+                return
             log.warning("scoring: deployment %s failed: %s", deployment_id, e)
             self.cache.forget(deployment_id)
             status, message = DeploymentState.FAILED, _reason(e)
