@@ -7,14 +7,15 @@ run code or reach out by design. So a SavedModel that uses an operation of `DENI
 anywhere in its graphs or in any function of its library is refused at deploy, with the
 operation and the function it sits in named.
 
-Save and restore. A SavedModel carries its saver: the functions (TF2) or the nodes (TF1)
-that `saver_def` names, which write and read checkpoints (SaveV2, RestoreV2,
-MergeV2Checkpoints). TensorFlow's loader restores a TF2 model's variables with its own
-code and a TF1 model's through the saver, with the model's own variables path; serving
-never calls the saver. So the checkpoint operations (`CHECKPOINT_OPS`) are allowed where
-only the saver can reach them, and refused anywhere a signature, an initializer, a
-function of the object graph, or any other node or function can: naming the serving path
-in `saver_def` exempts nothing that a signature reaches.
+Save and restore. A SavedModel carries its saver: functions (TF2) or nodes (TF1) that
+write and read checkpoints (SaveV2, RestoreV2, MergeV2Checkpoints), which serving never
+calls (TensorFlow's loader restores a TF1 model's variables through the saver's restore
+op, from the model's own variables path); a graph imported with `import_meta_graph`, as
+the README's export procedure does, carries an older saver of its own that nothing calls
+at all. So the checkpoint operations (`CHECKPOINT_OPS`) are refused only where what runs
+when the model loads or serves reaches them: its signatures, its init and main ops (the
+collections' node lists), the functions of its object graph (TF2), and everything these
+read or call. Every other operation of `DENIED_OPS` is refused wherever it is.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ DENIED_OPS: frozenset[str] = frozenset(
     }
 )
 
-# Of DENIED_OPS, those allowed where only the SavedModel's own saver reaches them.
+# Of DENIED_OPS, those allowed where loading or serving the model does not reach them
+# (the SavedModel's own saver).
 CHECKPOINT_OPS: frozenset[str] = frozenset(
     {"Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints"}
 )
@@ -179,8 +181,6 @@ class Graph:
 
     nodes: tuple[Node, ...]
     functions: Mapping[str, tuple[Node, ...]]
-    # The saver's nodes (saver_def's save tensor and restore op).
-    saver: tuple[str, ...] = ()
     # Nodes that run when the model loads or serves: the signatures' tensors, the
     # collections' node lists (init and main ops).
     roots: tuple[str, ...] = ()
@@ -203,15 +203,16 @@ class ForbiddenOp:
         )
 
 
-def _denied(node: Node, *, saver_only: bool) -> bool:
+def _denied(node: Node, *, runs: bool) -> bool:
+    """Whether `node` is refused; `runs`: whether loading or serving the model reaches it."""
     rule = ALLOWED_ATTRS.get(node.op)
     if rule is not None:
         attr, allowed = rule
         value = node.attrs.get(attr)
         return value is not None and value not in allowed
-    if node.op not in DENIED_OPS:
-        return False
-    return not (saver_only and node.op in CHECKPOINT_OPS)
+    if node.op in CHECKPOINT_OPS:
+        return runs
+    return node.op in DENIED_OPS
 
 
 def _ancestors(graph: Graph, start: Iterable[str]) -> set[str]:
@@ -249,30 +250,15 @@ def _node_name(tensor: str) -> str:
 
 
 def _check_graph(graph: Graph) -> ForbiddenOp | None:
-    names = {n.name for n in graph.nodes}
-    saver_nodes = _ancestors(graph, (_node_name(s) for s in graph.saver))
-    others = (names - saver_nodes) | {_node_name(r) for r in graph.roots}
-    other_nodes = _ancestors(graph, others)
-    saver_only_nodes = saver_nodes - other_nodes
-
-    def calls_of(nodes: set[str]) -> set[str]:
-        return {c for n in graph.nodes if n.name in nodes for c in n.calls}
-
-    saver_functions = _callees(graph, calls_of(saver_only_nodes))
-    other_functions = _callees(
-        graph,
-        calls_of(other_nodes)
-        | set(graph.object_functions)
-        | (set(graph.functions) - saver_functions),
-    )
-    saver_only_functions = saver_functions - other_functions
-
+    running_nodes = _ancestors(graph, graph.roots)
+    called = {c for n in graph.nodes if n.name in running_nodes for c in n.calls}
+    running_functions = _callees(graph, called | set(graph.object_functions))
     for node in graph.nodes:
-        if _denied(node, saver_only=node.name in saver_only_nodes):
+        if _denied(node, runs=node.name in running_nodes):
             return ForbiddenOp(node.op, None, node.name)
     for name in sorted(graph.functions):
         for node in graph.functions[name]:
-            if _denied(node, saver_only=name in saver_only_functions):
+            if _denied(node, runs=name in running_functions):
                 return ForbiddenOp(node.op, name, node.name)
     return None
 

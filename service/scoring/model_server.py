@@ -301,7 +301,6 @@ def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]
             for t in tensors.values()
         ]
         roots += [v for c in meta.collection_def.values() for v in c.node_list.value]
-        saver = [s for s in (meta.saver_def.save_tensor_name, meta.saver_def.restore_op_name) if s]
         library = meta.graph_def.library
         graphs.append(
             {
@@ -310,7 +309,6 @@ def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]
                     f.signature.name: [_node(n, attrs, inputs=False) for n in f.node_def]
                     for f in library.function
                 },
-                "saver": saver,
                 "roots": roots,
                 "object_functions": list(meta.object_graph_def.concrete_functions),
             }

@@ -207,7 +207,6 @@ def graphs_from_json(value: Any) -> list[Graph]:
                 functions={
                     str(name): _nodes(nodes, inputs=False) for name, nodes in g["functions"].items()
                 },
-                saver=_strings(g.get("saver", []), "saver"),
                 roots=_strings(g.get("roots", []), "roots"),
                 object_functions=_strings(g.get("object_functions", []), "object_functions"),
             )

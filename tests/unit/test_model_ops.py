@@ -1,7 +1,7 @@
 """Which operations a deployed model may not use (service.domain.model_ops), on graphs
 described as data: the shapes TensorFlow gives a TF2 SavedModel (signature wrapper,
 serving function, the saver's traced save and restore functions) and a TF1 one (the
-saver's nodes in the graph itself)."""
+saver's nodes in the graph itself, and an older one import_meta_graph left behind)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,6 @@ def tf2_graph(serve_ops: tuple[str, ...] = ("MatMul",), **changes: object) -> Gr
     values: dict[str, object] = {
         "nodes": nodes,
         "functions": functions,
-        "saver": ("StatefulPartitionedCall_1:0", "StatefulPartitionedCall_2"),
         "roots": ("serving_default_x:0", "StatefulPartitionedCall:0"),
         "object_functions": ("__inference_signature_wrapper_7", "__inference_serve_5"),
     }
@@ -92,18 +91,35 @@ def test_the_saver_functions_called_from_the_serving_path_are_refused() -> None:
     assert (found.op, found.function) == ("RestoreV2", "__inference__traced_restore_11")
 
 
-def test_naming_the_serving_node_in_saver_def_exempts_nothing() -> None:
-    saver = ("StatefulPartitionedCall_1:0", "StatefulPartitionedCall_2", "StatefulPartitionedCall")
-    graph = tf2_graph(("RestoreV2",), saver=saver)
-    found = forbidden_op([graph])
-    assert found is not None and found.function == "__inference_serve_5"
-
-
-def test_library_functions_no_node_calls_are_checked_too() -> None:
+def test_a_saver_nothing_calls_passes_and_other_ops_nothing_calls_do_not() -> None:
+    """import_meta_graph leaves the imported graph's saver behind, unused."""
     graph = tf2_graph()
-    functions = {**graph.functions, "__inference_orphan_3": (Node("r", "SaveV2"),)}
+    orphans = (Node("save/SaveV2", "SaveV2"), Node("save/RestoreV2", "RestoreV2"))
+    functions = {**graph.functions, "__inference_orphan_3": (Node("s", "SaveV2"),)}
+    assert forbidden_op([tf2_graph(nodes=graph.nodes + orphans, functions=functions)]) is None
+    functions = {**graph.functions, "__inference_orphan_3": (Node("w", "WriteFile"),)}
     found = forbidden_op([tf2_graph(functions=functions)])
-    assert found is not None and found.function == "__inference_orphan_3"
+    assert found is not None and (found.op, found.function) == ("WriteFile", "__inference_orphan_3")
+
+
+def test_checkpoint_ops_in_object_graph_functions_are_refused() -> None:
+    graph = tf2_graph()
+    functions = {**graph.functions, "__inference_restore_like_3": (Node("r", "RestoreV2"),)}
+    objects = (*graph.object_functions, "__inference_restore_like_3")
+    found = forbidden_op([tf2_graph(functions=functions, object_functions=objects)])
+    assert found is not None and found.function == "__inference_restore_like_3"
+
+
+def test_init_ops_are_what_runs_too() -> None:
+    graph = tf2_graph()
+    nodes = (
+        *graph.nodes,
+        Node("init", "NoOp", inputs=("^init/restore",)),
+        Node("init/restore", "RestoreV2"),
+    )
+    assert forbidden_op([tf2_graph(nodes=nodes)]) is None  # nothing names it
+    found = forbidden_op([tf2_graph(nodes=nodes, roots=(*graph.roots, "init"))])
+    assert found is not None and (found.op, found.node) == ("RestoreV2", "init/restore")
 
 
 def test_functions_called_through_nested_calls_are_reached() -> None:
@@ -139,17 +155,11 @@ def test_tf1_saver_nodes_pass_and_a_restore_feeding_a_signature_does_not() -> No
         Node("save/Assign", "Assign", inputs=("w", "save/RestoreV2")),
         Node("save/restore_all", "NoOp", inputs=("^save/Assign",)),
     )
-    graph = Graph(
-        nodes=nodes,
-        functions={},
-        saver=("save/control_dependency:0", "save/restore_all"),
-        roots=("x:0", "y:0"),
-    )
+    graph = Graph(nodes=nodes, functions={}, roots=("x:0", "y:0"))
     assert forbidden_op([graph]) is None
     leaking = Graph(
         nodes=(*nodes, Node("z", "Add", inputs=("y", "save/RestoreV2"))),
         functions={},
-        saver=graph.saver,
         roots=("x:0", "z:0"),
     )
     found = forbidden_op([leaking])
