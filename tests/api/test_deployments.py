@@ -265,7 +265,8 @@ def test_a_crashing_model_answers_503_while_the_api_and_other_deployments_answer
     crashing = deploy(client, tenant, platform, saved_models["aborting"])
     assert linear["status"] == "READY" and crashing["status"] == "READY", (linear, crashing)
     cache = client.app.state.scoring.cache
-    linear_process = cache.cached(linear["id"]).model._process
+    # The process serving the other deployment (None where models are loaded in this one).
+    linear_process = getattr(cache.cached(linear["id"]).model, "_process", None)
     d = crashing["id"]
     assert predict(client, tenant, d, {"instances": [[1.0, 0.0]]}).json() == {
         "predictions": [[3.0]]
@@ -284,6 +285,7 @@ def test_a_crashing_model_answers_503_while_the_api_and_other_deployments_answer
     # The API and the other deployment go on, in the same process as before.
     r = predict(client, tenant, linear["id"], {"instances": [[1.0, 0.0]]})
     assert r.status_code == 200 and r.json() == {"predictions": [[3.5]]}
+    assert linear_process is not None
     assert cache.cached(linear["id"]).model._process is linear_process
     listed = client.get("/v1/deployments", headers=tenant)
     assert listed.status_code == 200 and len(listed.json()["items"]) == 2
