@@ -4,8 +4,9 @@ model in this process, and dynamic batching on against off.
     python benchmarks/scoring.py [--quick]
 
 Runs the platform on a temporary DLAAS_HOME (the API under uvicorn with scoring in its
-process, a Celery worker, the monitor), trains the models through it (real TensorFlow
-learners), deploys them, and stops the worker and the monitor. A second API process on the
+process and each model in its sandboxed model process, a Celery worker, the monitor),
+trains the models through it (real TensorFlow learners), deploys them, and stops the
+worker and the monitor. A second API process on the
 same home runs with DLAAS_SCORING_BATCHING=false. The load generator is
 benchmarks/loadgen.py (keep-alive connections over asyncio streams) at a fixed concurrency.
 Prints one JSON row per measurement: `{name, value, unit, baseline, ratio, detail}`,

@@ -90,7 +90,8 @@ class Settings(BaseSettings):
     allow_unsandboxed: bool = Field(
         default=False,
         description="Run tenants' code without a sandbox where none can be made (a one-user "
-        "machine). Without it, only the `local` tenant's trainings start unsandboxed.",
+        "machine): trainings and models. Without it, only the `local` tenant's trainings start "
+        "unsandboxed, and models do not deploy.",
     )
     monitor_interval: float = Field(
         default=0.25,
@@ -117,6 +118,12 @@ class Settings(BaseSettings):
     )
     scoring_threads: int = Field(
         default=2, gt=0, description="Model calls that run at once per deployment."
+    )
+    scoring_call_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a model call may take; past it the deployment's model process is "
+        "restarted and its waiting predictions answered 503.",
     )
     scoring_poll_interval: float = Field(
         default=2.0, gt=0, description="Seconds between two looks for deployments to load."

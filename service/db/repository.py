@@ -369,3 +369,15 @@ def finish_deploying(
     )
     result = session.execute(stmt)
     return bool(getattr(result, "rowcount", 0))
+
+
+def note_deployment(session: Session, deployment_id: str, message: str) -> bool:
+    """Set a READY deployment's status_message (what happened to its model process);
+    returns whether it was READY."""
+    stmt = (
+        update(Deployment)
+        .where(Deployment.id == deployment_id, Deployment.status == DeploymentState.READY)
+        .values(status_message=message, updated_at=utcnow())
+    )
+    result = session.execute(stmt)
+    return bool(getattr(result, "rowcount", 0))

@@ -136,9 +136,10 @@ def argv(policy: SandboxPolicy, bwrap: str) -> list[str]:
     for path in policy.hidden:
         if _inside(path, system):
             out += ["--tmpfs", path]
+    # A private, empty /tmp inside; before the binds, so that those under /tmp show.
+    out += ["--tmpfs", "/tmp"]  # noqa: S108
     for path in policy.readonly:
         out += ["--ro-bind", path, path]
-    out += ["--tmpfs", "/tmp"]  # noqa: S108 - a private, empty /tmp inside
     for path in policy.writable:
         out += ["--bind", path, path]
     for name in policy.unset_env:

@@ -1,5 +1,6 @@
 """The models a scoring process serves: fetched from the object store into a local cache
-directory, loaded once per deployment, warmed up, and called through a batcher."""
+directory, run each in a sandboxed process of its own (service.scoring.process), and
+called through a batcher."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from service.domain.deployments import SERVING_SIGNATURE
 from service.domain.signature import SignatureInfo
 from service.scoring.batching import (
     Arrivals,
@@ -23,8 +23,9 @@ from service.scoring.batching import (
     Runner,
     Tensors,
 )
-from service.scoring.savedmodel import LoadedModel
+from service.scoring.process import ModelProblem, ProcessConfig, Report, SupervisedModel
 from service.storage.base import ObjectStore
+from service.ttlcache import TtlCache
 
 log = logging.getLogger("dlaas.scoring")
 
@@ -69,9 +70,9 @@ def upload_tree(store: ObjectStore, source: Path, prefix: str) -> None:
 
 
 class ServedModel:
-    """One deployment's loaded model and the runners its signatures are called through."""
+    """One deployment's model process and the runners its signatures are called through."""
 
-    def __init__(self, model: LoadedModel, batching: BatchingConfig, name: str) -> None:
+    def __init__(self, model: SupervisedModel, batching: BatchingConfig, name: str) -> None:
         self.model = model
         self.signatures: dict[str, SignatureInfo] = model.signatures
         self._batching = batching
@@ -93,9 +94,10 @@ class ServedModel:
             if signature in self._runners:
                 return self._runners[signature]
             b = self._batching
+            info = self.signatures[signature]
 
             def call(tensors: Tensors) -> dict[str, np.ndarray]:
-                return self.model.call(signature, tensors)
+                return self.model.call(info, tensors)
 
             runner: Runner
             if b.enabled and self.signatures[signature].batchable:
@@ -118,18 +120,34 @@ class ServedModel:
             for runner in self._runners.values():
                 runner.close()
             self._runners.clear()
+        self.model.close()
+
+
+# A model that failed to start is not started again for this long on the request path.
+_FAILURE_TTL = 30.0
 
 
 class ModelCache:
-    """Deployment id -> ServedModel, each loaded at most once at a time."""
+    """Deployment id -> ServedModel, each started at most once at a time."""
 
-    def __init__(self, store: ObjectStore, root: Path, batching: BatchingConfig) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        root: Path,
+        batching: BatchingConfig,
+        process: ProcessConfig,
+        report: Report,
+    ) -> None:
         self.store = store
         self.root = root
         self.batching = batching
+        self.process = process
+        self.report = report
         self._models: dict[str, ServedModel] = {}
         self._loading: dict[str, threading.Lock] = {}
+        self._failed: TtlCache[str, ModelProblem] = TtlCache(_FAILURE_TTL)
         self._lock = threading.Lock()
+        self._closed = False
 
     def local_dir(self, deployment_id: str) -> Path:
         return self.root / "models" / deployment_id
@@ -141,12 +159,17 @@ class ModelCache:
         with self._lock:
             return list(self._models)
 
-    def load(self, deployment_id: str, model_key: str) -> ServedModel:
-        """The deployment's model: cached, or fetched (if not on disk yet), loaded and
-        warmed up with one call of its serving signature."""
+    def load(self, deployment_id: str, model_key: str, *, retry: bool = False) -> ServedModel:
+        """The deployment's model: cached, or fetched (if not on disk yet) and started in
+        its process, which checks it, loads it and warms it up with one call of its
+        serving signature. ModelProblem says why it cannot be; one that failed is not tried
+        again for a while unless `retry`."""
         served = self._models.get(deployment_id)
         if served is not None:
             return served
+        failed = None if retry else self._failed.get(deployment_id)
+        if failed is not None:
+            raise failed
         with self._lock:
             gate = self._loading.setdefault(deployment_id, threading.Lock())
         with gate:
@@ -158,25 +181,36 @@ class ModelCache:
                 shutil.rmtree(local, ignore_errors=True)
                 if not fetch_tree(self.store, model_key, local):
                     raise FileNotFoundError(f"no model is stored under {model_key}")
-            model = LoadedModel(local)
-            if SERVING_SIGNATURE in model.signatures:
-                model.warm_up(SERVING_SIGNATURE)
+            model = SupervisedModel(deployment_id, local, self.process, self.report)
+            try:
+                model.start()
+            except ModelProblem as e:
+                self._failed.put(deployment_id, e)
+                raise
             served = ServedModel(model, self.batching, deployment_id)
             with self._lock:
-                self._models[deployment_id] = served
-            log.info("loaded deployment %s from %s", deployment_id, model_key)
+                closed = self._closed
+                if not closed:
+                    self._models[deployment_id] = served
+            if closed:  # the service stopped meanwhile: leave no process behind
+                served.close()
+                raise ModelUnloaded("the scoring service stopped")
+            log.info("started the model process of deployment %s (%s)", deployment_id, model_key)
             return served
 
     def forget(self, deployment_id: str) -> None:
-        """Unload the model and remove its local copy."""
+        """Stop the model's process and remove its local copy."""
         with self._lock:
             served = self._models.pop(deployment_id, None)
             self._loading.pop(deployment_id, None)
+        self._failed.forget(lambda key: key == deployment_id)
         if served is not None:
             served.close()
         shutil.rmtree(self.local_dir(deployment_id), ignore_errors=True)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         for deployment_id in self.cached_ids():
             with self._lock:
                 served = self._models.pop(deployment_id, None)

@@ -4,11 +4,14 @@ predictions within the tenants' rate limits.
 It runs inside the API process (embedded, the default) or alone (`python -m
 service.scoring`, DLAAS_SCORING_URL on the API), where it scales separately. Either way a
 loop looks for DEPLOYING deployments in the database (the API only writes that intent),
-copies the training's SavedModel to the deployment's own place in the object store, loads
-it, warms it up, and records READY with its signatures, or FAILED with the reason. Several
-scoring processes may do this for the same deployment; the first to finish records it.
-Models of READY deployments are loaded in the background when the process starts, and
-unloaded when their deployment is deleted.
+copies the training's SavedModel to the deployment's own place in the object store, starts
+its model process (service.scoring.process: sandboxed, the SavedModel checked for
+operations it may not use before it is loaded, then loaded and warmed up), and records
+READY with its signatures, or FAILED with the reason. Several scoring processes may do
+this for the same deployment; the first to finish records it. Models of READY deployments
+are started in the background when the process starts, restarted when their process exits
+(reported in the deployment's status_message), and stopped when their deployment is
+deleted. This process never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ from service.platform import Platform
 from service.scoring.batching import ModelUnloaded, Tensors
 from service.scoring.cache import BatchingConfig, ModelCache, fetch_tree, upload_tree
 from service.scoring.inputs import ScoringRequest, decode_body, parse_request, render
+from service.scoring.process import ModelInputError, ModelProblem, ProcessConfig
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
-from service.scoring.savedmodel import ModelInputError
 from service.storage import keys
 from service.ttlcache import TtlCache
 
@@ -61,8 +64,9 @@ class DeployFailed(Exception):
 
 
 def _reason(error: BaseException) -> str:
-    if isinstance(error, DeployFailed):
-        return str(error)
+    if isinstance(error, DeployFailed | ModelProblem):
+        text = str(error)
+        return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
     first = (str(error).strip().splitlines() or [""])[0]
     text = f"the model could not be loaded: {type(error).__name__}: {first}"
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
@@ -81,6 +85,13 @@ class ScoringService:
                 max_wait=settings.scoring_max_wait_ms / 1000,
                 threads=settings.scoring_threads,
             ),
+            ProcessConfig(
+                connections=settings.scoring_threads,
+                call_timeout=settings.scoring_call_timeout,
+                allow_unsandboxed=settings.allow_unsandboxed,
+                hidden=(str(settings.home_dir),),
+            ),
+            self.report,
         )
         self.limiter = make_rate_limiter(settings.resolved_rate_limit_url)
         # (API key hash, deployment) -> the caller and its READY deployment, for 2 s, so the
@@ -176,7 +187,7 @@ class ScoringService:
         signatures: dict[str, Any] | None = None
         try:
             self._store_model(deployment_id, training_id, model_key)
-            served = self.cache.load(deployment_id, model_key)
+            served = self.cache.load(deployment_id, model_key, retry=True)
             if SERVING_SIGNATURE not in served.signatures:
                 found = ", ".join(served.signatures) or "none"
                 raise DeployFailed(
@@ -186,6 +197,9 @@ class ScoringService:
             signatures = signatures_to_json(served.signatures)
             status, message = DeploymentState.READY, None
         except Exception as e:
+            if self._stop.is_set():  # not the model's fault: another process deploys it
+                log.info("scoring: stopped while deploying %s", deployment_id)
+                return
             log.warning("scoring: deployment %s failed: %s", deployment_id, e)
             self.cache.forget(deployment_id)
             status, message = DeploymentState.FAILED, _reason(e)
@@ -215,7 +229,18 @@ class ScoringService:
         upload_tree(store, local, model_key)
 
     def _preload(self, deployment_id: str, model_key: str) -> None:
-        self.cache.load(deployment_id, model_key)
+        self.cache.load(deployment_id, model_key, retry=True)
+
+    def report(self, deployment_id: str, message: str) -> None:
+        """What happened to a READY deployment's model process: logged, and kept as its
+        status_message."""
+        log.warning("scoring: deployment %s: %s", deployment_id, message)
+        try:
+            with self.platform.sessions() as session:
+                repository.note_deployment(session, deployment_id, _reason(ModelProblem(message)))
+                session.commit()
+        except Exception:
+            log.exception("scoring: recording what happened to deployment %s failed", deployment_id)
 
     def forget(self, deployment_id: str) -> None:
         self.targets.forget(lambda key: key[1] == deployment_id)
@@ -278,6 +303,10 @@ class ScoringService:
                 served = await asyncio.to_thread(self.cache.load, target.id, target.model_key)
             except FileNotFoundError as e:  # deleted meanwhile
                 raise gone from e
+            except ModelProblem as e:
+                raise ServiceUnavailable(
+                    f"deployment {target.id} cannot answer now: {_reason(e)}"
+                ) from e
             except Exception as e:
                 log.exception("scoring: loading deployment %s failed", target.id)
                 raise ServiceUnavailable(

@@ -54,6 +54,33 @@ class Linear(tf.Module):
         return {"y": tf.matmul(a, self.w), "z": tf.cast(b, tf.float32) * 2.0}
 
 
+class ReadsAFile(tf.Module):
+    """serving_default reads a file of the machine it runs on into its answer."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+    def serve(self, x: Any) -> dict[str, Any]:
+        secret = tf.io.read_file("/etc/hostname")
+        return {"y": x + tf.cast(tf.strings.length(secret), tf.float32)}
+
+
+class Aborting(tf.Module):
+    """y = x @ W, but an input above 1000 aborts the process that runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = tf.Variable(W)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+    def serve(self, x: Any) -> dict[str, Any]:
+        y = tf.matmul(x, self.w)
+
+        def abort() -> Any:
+            with tf.control_dependencies([tf.raw_ops.Abort(error_msg="an input above 1000")]):
+                return tf.identity(y)
+
+        return {"y": tf.cond(tf.reduce_max(x) > 1000.0, abort, lambda: y)}
+
+
 def expected(x: list[list[float]]) -> np.ndarray:
     return np.asarray(x, dtype=np.float32) @ W + 0.5
 
@@ -68,7 +95,15 @@ def saved_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         signatures={"serving_default": module.serve, "two": module.two},
     )
     tf.saved_model.save(module, str(root / "no_default"), signatures={"two": module.two})
-    return {"linear": root / "linear", "no_default": root / "no_default"}
+    reads = ReadsAFile()
+    tf.saved_model.save(
+        reads, str(root / "reads_file"), signatures={"serving_default": reads.serve}
+    )
+    aborting = Aborting()
+    tf.saved_model.save(
+        aborting, str(root / "aborting"), signatures={"serving_default": aborting.serve}
+    )
+    return {name: root / name for name in ("linear", "no_default", "reads_file", "aborting")}
 
 
 def completed_training(
@@ -205,6 +240,68 @@ def test_a_savedmodel_without_serving_default_fails_with_the_reason(
     assert GUIDE in body["status_message"]
     r = predict(client, tenant, body["id"], {"instances": [[1, 2]]})
     assert r.status_code == 409 and "FAILED" in r.json()["detail"]
+
+
+def test_a_model_that_reads_a_file_is_refused_at_deploy_naming_the_op(
+    client: TestClient, tenant: dict[str, str], platform: Platform, saved_models: dict[str, Path]
+) -> None:
+    body = deploy(client, tenant, platform, saved_models["reads_file"])
+    assert body["status"] == "FAILED", body
+    message = body["status_message"]
+    assert "the model uses the operation ReadFile (in function __inference_serve_" in message
+    assert "it cannot be deployed" in message
+    assert not body["signatures"]
+    r = predict(client, tenant, body["id"], {"instances": [[1, 2]]})
+    assert r.status_code == 409 and "FAILED" in r.json()["detail"]
+    # Refused before it was loaded: no process serves it; a model without the op deploys.
+    assert client.app.state.scoring.cache.cached(body["id"]) is None
+    assert deploy(client, tenant, platform, saved_models["linear"])["status"] == "READY"
+
+
+def test_a_crashing_model_answers_503_while_the_api_and_other_deployments_answer(
+    client: TestClient, tenant: dict[str, str], platform: Platform, saved_models: dict[str, Path]
+) -> None:
+    linear = deploy(client, tenant, platform, saved_models["linear"])
+    crashing = deploy(client, tenant, platform, saved_models["aborting"])
+    assert linear["status"] == "READY" and crashing["status"] == "READY", (linear, crashing)
+    cache = client.app.state.scoring.cache
+    # The process serving the other deployment (None where models are loaded in this one).
+    linear_process = getattr(cache.cached(linear["id"]).model, "_process", None)
+    d = crashing["id"]
+    assert predict(client, tenant, d, {"instances": [[1.0, 0.0]]}).json() == {
+        "predictions": [[3.0]]
+    }
+
+    # The request that crashes the process, and the next one, while it restarts.
+    for body in ({"instances": [[5000.0, 0.0]]}, {"instances": [[1.0, 0.0]]}):
+        r = predict(client, tenant, d, body)
+        assert r.status_code == 503, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        assert int(r.headers["retry-after"]) >= 1
+        detail = r.json()["detail"]
+        assert f"the model process of deployment {d} exited (signal 6, SIGABRT)" in detail
+        assert "an input above 1000" in detail and "it is being restarted" in detail
+
+    # The API and the other deployment go on, in the same process as before.
+    r = predict(client, tenant, linear["id"], {"instances": [[1.0, 0.0]]})
+    assert r.status_code == 200 and r.json() == {"predictions": [[3.5]]}
+    assert linear_process is not None
+    assert cache.cached(linear["id"]).model._process is linear_process
+    listed = client.get("/v1/deployments", headers=tenant)
+    assert listed.status_code == 200 and len(listed.json()["items"]) == 2
+    shown = client.get(f"/v1/deployments/{d}", headers=tenant).json()
+    assert shown["status"] == "READY"
+    assert "the model process exited (signal 6, SIGABRT)" in shown["status_message"]
+
+    # Restarted, it answers again, and says what happened.
+    deadline = time.monotonic() + 120
+    while (r := predict(client, tenant, d, {"instances": [[1.0, 0.0]]})).status_code == 503:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.2)
+    assert r.status_code == 200 and r.json() == {"predictions": [[3.0]]}
+    shown = client.get(f"/v1/deployments/{d}", headers=tenant).json()
+    assert "the model process was restarted at" in shown["status_message"]
+    assert "after it exited (signal 6, SIGABRT)" in shown["status_message"]
 
 
 @pytest.mark.parametrize(

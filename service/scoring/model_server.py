@@ -1,0 +1,442 @@
+"""The model process: one deployment's SavedModel, loaded and called in a process of its
+own, inside the sandbox (service.scoring.process starts and supervises it).
+
+This file is the whole program of that process, run as a script (`python -I
+model_server.py --model DIR --fd N [--fd N ...]`): it imports the standard library, numpy
+and TensorFlow, nothing of the platform, whose files are not visible in the sandbox. The
+scoring service imports it for the wire format that both ends speak, and nothing else.
+
+The process talks over the connected Unix sockets it inherits (`--fd`; socket pairs, so
+there is no path to connect to, and nothing listens). Every message is a frame: a 12-byte
+prefix (header length u32, body length u64, little-endian), a JSON header, and a body of
+raw array bytes. The header lists the arrays (`tensors`: name, dtype, shape, nbytes) in the
+order of their bytes in the body; numbers are little-endian, strings an array of u64
+lengths followed by the bytes. Nothing is pickled; the receiving end checks every length,
+dtype and shape before it makes an array of a frame.
+
+The conversation, on the first socket:
+
+1. scoring service: `{"op": "describe", "attrs": [...]}`; model process: `{"op": "graph",
+   "graph": [...]}`, what service.domain.model_ops needs to know of saved_model.pb (parsed,
+   not loaded: no model code has run yet);
+2. scoring service: `{"op": "load"}` (or it closes the sockets: the model is refused);
+   model process: `{"op": "ready", "signatures": {...}}` once the model is loaded and its
+   `serving_default` called once with zeros, or `{"op": "failed", "error": "..."}`.
+
+Then on every socket, one call at a time each: `{"op": "call", "signature": name}` with
+the input arrays, answered `{"op": "result"}` with the output arrays or `{"op": "error",
+"kind": "input" | "model", "message": ...}`. When a socket closes (the scoring service
+stopped, or died) the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PREFIX = struct.Struct("<IQ")
+# The array dtypes that cross (numpy's names; TensorFlow's are the same).
+DTYPES = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "string",
+    }
+)
+MAX_DIMS = 32
+# Largest header of a call or an answer, and of the graph's description.
+MAX_HEADER = 1024 * 1024
+MAX_GRAPH_HEADER = 256 * 1024 * 1024
+# Largest body of a call or an answer.
+MAX_BODY = 1024 * 1024 * 1024
+_LENGTH = np.dtype("<u8")
+# Wire name -> the little-endian dtype of its bytes, and back (numpy's dtype.name is slow).
+_WIRE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES if name != "string"}
+_NAMES = {dtype: name for name, dtype in _WIRE.items()}
+
+
+class WireError(ValueError):
+    """A frame that does not follow the format (or its limits)."""
+
+
+class Closed(ConnectionError):
+    """The other end closed the socket."""
+
+
+Frame = list[bytes | memoryview]
+
+
+def _raw(array: np.ndarray) -> tuple[str, list[bytes | memoryview], int]:
+    """The wire dtype and bytes of `array`."""
+    if array.dtype.kind in "OSU":
+        values = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)]
+        lengths = np.fromiter((len(v) for v in values), dtype=_LENGTH, count=len(values))
+        data = b"".join(values)
+        return "string", [lengths.tobytes(), data], lengths.nbytes + len(data)
+    name = _NAMES.get(array.dtype) or _NAMES.get(array.dtype.newbyteorder("<"))
+    if name is None:
+        raise WireError(f"arrays of dtype {array.dtype.name} cannot be sent")
+    little = np.ascontiguousarray(array, dtype=_WIRE[name])
+    return name, [little.reshape(-1).view(np.uint8).data], little.nbytes
+
+
+def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> Frame:
+    """A frame of `header` and `tensors`, as the buffers to send."""
+    specs: list[dict[str, Any]] = []
+    buffers: list[bytes | memoryview] = []
+    body = 0
+    for name, value in (tensors or {}).items():
+        array = np.asarray(value)
+        dtype, raw, nbytes = _raw(array)
+        specs.append({"name": name, "dtype": dtype, "shape": list(array.shape), "nbytes": nbytes})
+        buffers += raw
+        body += nbytes
+    text = json.dumps({**header, "tensors": specs}, separators=(",", ":")).encode()
+    return [PREFIX.pack(len(text), body), text, *buffers]
+
+
+def send(sock: socket.socket, frame: Frame) -> None:
+    views = [memoryview(b).cast("B") for b in frame if len(b)]
+    while views:
+        sent = sock.sendmsg(views[:512])
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _read(sock: socket.socket, view: memoryview, least: int, deadline: float | None) -> int:
+    """Receive into `view` until at least `least` bytes are in; returns how many are."""
+    got = 0
+    while got < least:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the other end did not answer in time")
+            sock.settimeout(remaining)
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise Closed("the other end closed the connection")
+        got += n
+    return got
+
+
+# What the first receive of a frame asks for: most frames, whole, in one system call.
+_FIRST = 64 * 1024
+
+
+def receive(
+    sock: socket.socket,
+    *,
+    max_header: int = MAX_HEADER,
+    max_body: int = MAX_BODY,
+    deadline: float | None = None,
+) -> tuple[dict[str, Any], memoryview]:
+    """The next frame's header (a JSON object) and body; WireError if it breaks the
+    format or a limit, Closed if the socket closes first, TimeoutError past `deadline`
+    (time.monotonic()). One frame is in flight at a time: bytes past it are an error."""
+    first = bytearray(_FIRST)
+    got = _read(sock, memoryview(first), PREFIX.size, deadline)
+    header_length, body_length = PREFIX.unpack_from(first)
+    if header_length > max_header:
+        raise WireError(f"a header of {header_length} bytes (at most {max_header})")
+    if body_length > max_body:
+        raise WireError(f"a body of {body_length} bytes (at most {max_body})")
+    total = PREFIX.size + header_length + body_length
+    if got > total:
+        raise WireError("bytes past the end of the frame")
+    if total <= len(first):
+        frame = first
+    else:
+        frame = bytearray(total)
+        frame[:got] = memoryview(first)[:got]
+    _read(sock, memoryview(frame)[got:total], total - got, deadline)
+    view = memoryview(frame)[:total]
+    try:
+        header = json.loads(view[PREFIX.size : PREFIX.size + header_length].tobytes())
+    except ValueError as e:
+        raise WireError(f"a header that is not JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise WireError("a header that is not a JSON object")
+    return header, view[PREFIX.size + header_length :]
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > MAX_DIMS:
+        raise WireError(f"a shape that is not a list of at most {MAX_DIMS} sizes")
+    if not all(type(d) is int and 0 <= d < 2**63 for d in value):
+        raise WireError("a shape with sizes that are not integers >= 0")
+    return tuple(value)
+
+
+def tensors_of(header: Mapping[str, Any], body: memoryview) -> dict[str, np.ndarray]:
+    """The arrays a frame carries, after checking that its header describes its body
+    exactly. Numeric arrays are views of `body`, not copies."""
+    specs = header.get("tensors")
+    if not isinstance(specs, list):
+        raise WireError("a header without a list of tensors")
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    for spec in specs:
+        if not isinstance(spec, dict):
+            raise WireError("a tensor that is not an object")
+        name, dtype, nbytes = spec.get("name"), spec.get("dtype"), spec.get("nbytes")
+        if not isinstance(name, str) or not name or len(name) > 256 or name in out:
+            raise WireError("a tensor without a name of its own")
+        if dtype not in DTYPES:
+            raise WireError(f"tensor {name!r}: dtype {dtype!r} is not one that crosses")
+        shape = _shape(spec.get("shape"))
+        if type(nbytes) is not int or nbytes < 0 or offset + nbytes > len(body):
+            raise WireError(f"tensor {name!r}: its bytes are not in the body")
+        count = 1
+        for d in shape:
+            count *= d
+        region = body[offset : offset + nbytes]
+        if dtype == "string":
+            out[name] = _strings(name, region, count, shape)
+        else:
+            item = _WIRE[dtype]
+            if count * item.itemsize != nbytes:
+                raise WireError(f"tensor {name!r}: {nbytes} bytes for {count} {dtype} values")
+            out[name] = np.frombuffer(region, dtype=item, count=count).reshape(shape)
+        offset += nbytes
+    if offset != len(body):
+        raise WireError(f"{len(body) - offset} bytes of the body belong to no tensor")
+    return out
+
+
+def _strings(name: str, region: memoryview, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    head = count * _LENGTH.itemsize
+    if head > len(region):
+        raise WireError(f"tensor {name!r}: too few bytes for {count} string lengths")
+    lengths = np.frombuffer(region, dtype=_LENGTH, count=count)
+    if int(lengths.sum(dtype=np.uint64)) != len(region) - head:
+        raise WireError(f"tensor {name!r}: the string lengths do not add up to its bytes")
+    values = np.empty(count, dtype=object)
+    start = head
+    for i, length in enumerate(lengths.tolist()):
+        values[i] = bytes(region[start : start + length])
+        start += length
+    return values.reshape(shape)
+
+
+# ---- the model process ----
+
+
+def _tensorflow() -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return importlib.import_module("tensorflow")
+
+
+def _node_name(tensor: str) -> str:
+    return tensor.lstrip("^").split(":", 1)[0]
+
+
+def _calls(attrs: Any) -> list[str]:
+    """The functions named by function-valued attributes (and those nested in them)."""
+    found: list[str] = []
+    for value in attrs.values():
+        kind = value.WhichOneof("value")
+        funcs = [value.func] if kind == "func" else list(value.list.func) if kind == "list" else []
+        for func in funcs:
+            found.append(func.name)
+            found += _calls(func.attr)
+    return found
+
+
+def _node(node: Any, attrs: Sequence[str], *, inputs: bool) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "op": node.op,
+        "inputs": [_node_name(i) for i in node.input] if inputs else [],
+        "calls": _calls(node.attr),
+        "attrs": {
+            a: node.attr[a].s.decode(errors="replace")
+            for a in attrs
+            if a in node.attr and node.attr[a].WhichOneof("value") == "s"
+        },
+    }
+
+
+def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]]:
+    """What service.domain.model_ops checks, of every meta graph in saved_model.pb (the
+    file TensorFlow's loader reads first), parsed with TensorFlow's protocol buffers."""
+    _tensorflow()
+    saved_model_pb2 = importlib.import_module("tensorflow.core.protobuf.saved_model_pb2")
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((model_dir / "saved_model.pb").read_bytes())
+    graphs = []
+    for meta in proto.meta_graphs:
+        roots = [
+            t.name
+            for sig in meta.signature_def.values()
+            for tensors in (sig.inputs, sig.outputs)
+            for t in tensors.values()
+        ]
+        roots += [v for c in meta.collection_def.values() for v in c.node_list.value]
+        library = meta.graph_def.library
+        graphs.append(
+            {
+                "nodes": [_node(n, attrs, inputs=True) for n in meta.graph_def.node],
+                "functions": {
+                    f.signature.name: [_node(n, attrs, inputs=False) for n in f.node_def]
+                    for f in library.function
+                },
+                "roots": roots,
+                "object_functions": list(meta.object_graph_def.concrete_functions),
+            }
+        )
+    return graphs
+
+
+def _tensor_info(name: str, spec: Any) -> dict[str, Any]:
+    shape = None if spec.shape.rank is None else spec.shape.as_list()
+    return {"name": name, "dtype": spec.dtype.name, "shape": shape}
+
+
+def _describe(name: str, function: Any) -> dict[str, Any]:
+    args, kwargs = function.structured_input_signature
+    if args:
+        raise ValueError(f"signature '{name}' takes positional inputs; signatures name them")
+    outputs = function.structured_outputs
+    if not isinstance(outputs, Mapping):
+        raise ValueError(f"signature '{name}' does not return named outputs")
+    return {
+        "inputs": [_tensor_info(n, s) for n, s in sorted(kwargs.items())],
+        "outputs": [_tensor_info(n, s) for n, s in sorted(outputs.items())],
+    }
+
+
+def _example(info: Mapping[str, Any]) -> np.ndarray:
+    """One instance of zeros (empty strings) in the shape of `info`, open dimensions 1."""
+    shape = tuple(1 if d is None else d for d in (info["shape"] or (1,)))
+    if info["dtype"] == "string":
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=np.dtype(info["dtype"]))
+
+
+class InputRefused(ValueError):
+    """The model refused the inputs (InvalidArgumentError and the like)."""
+
+
+class Model:
+    """The SavedModel's signatures, described and callable with numpy arrays."""
+
+    def __init__(self, path: Path) -> None:
+        self._tf = _tensorflow()
+        self._model = self._tf.saved_model.load(str(path))
+        self._functions: dict[str, Any] = dict(self._model.signatures)
+        self.signatures = {n: _describe(n, f) for n, f in sorted(self._functions.items())}
+
+    def call(self, signature: str, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = self._tf
+        function = self._functions.get(signature)
+        if function is None:
+            raise InputRefused(f"the model has no signature '{signature}'")
+        try:
+            outputs = function(**{n: tf.convert_to_tensor(t) for n, t in tensors.items()})
+        except (tf.errors.InvalidArgumentError, TypeError, ValueError) as e:
+            message = getattr(e, "message", None) or str(e)
+            raise InputRefused((message.strip().splitlines() or [""])[0]) from e
+        return {n: t.numpy() for n, t in outputs.items()}
+
+    def warm_up(self, signature: str) -> None:
+        """Call the signature once with zeros, so the first request does not pay for the
+        first call (and a model that cannot answer fails to deploy instead)."""
+        inputs = self.signatures[signature]["inputs"]
+        self.call(signature, {t["name"]: _example(t) for t in inputs})
+
+
+def _first_line(error: BaseException) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return f"{type(error).__name__}: {(text.strip().splitlines() or [''])[0]}"[:600]
+
+
+def _serve(model: Model, sock: socket.socket) -> None:
+    try:
+        while True:
+            header, body = receive(sock)
+            if header.get("op") != "call":
+                raise WireError(f"unexpected message {header.get('op')!r}")
+            try:
+                outputs = model.call(str(header.get("signature")), tensors_of(header, body))
+                frame = encode({"op": "result"}, outputs)
+            except InputRefused as e:
+                frame = encode({"op": "error", "kind": "input", "message": str(e)})
+            except Exception as e:
+                frame = encode({"op": "error", "kind": "model", "message": _first_line(e)})
+            send(sock, frame)
+    except (Closed, OSError, WireError):
+        pass
+    os._exit(0)  # the scoring service is gone, or broke the protocol: nothing to serve
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve one SavedModel over inherited sockets.")
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--fd", type=int, action="append", required=True)
+    args = parser.parse_args(argv)
+    sockets = [socket.socket(fileno=fd) for fd in args.fd]
+    control = sockets[0]
+    try:
+        header, _ = receive(control)
+        attrs = [a for a in header.get("attrs", []) if isinstance(a, str)]
+        try:
+            graph = describe_graph(args.model, attrs)
+        except Exception as e:
+            send(control, encode({"op": "failed", "error": _first_line(e)}))
+            return 1
+        send(control, encode({"op": "graph", "graph": graph}))
+        header, _ = receive(control)
+        if header.get("op") != "load":
+            return 0
+    except (Closed, OSError, WireError):
+        return 0
+    try:
+        model = Model(args.model)
+        if "serving_default" in model.signatures:
+            model.warm_up("serving_default")
+    except Exception as e:
+        send(control, encode({"op": "failed", "error": _first_line(e)}))
+        return 1
+    send(control, encode({"op": "ready", "signatures": model.signatures}))
+    threads = [
+        threading.Thread(target=_serve, args=(model, s), name=f"serve-{i}", daemon=True)
+        for i, s in enumerate(sockets)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,607 @@
+"""Deployed models run outside the scoring service: each deployment's SavedModel in a
+process of its own (service/scoring/model_server.py), inside the sandbox.
+
+`ModelProcess` starts one: socket pairs for its connections (nothing to connect to from
+elsewhere), the sandbox of service.sandbox (the model directory and the Python runtime
+read-only, no network, a private /tmp, nothing of DLAAS_HOME or the platform) and an
+environment of a few variables (none of DLAAS_*). Before the model is loaded the process
+describes saved_model.pb and service.domain.model_ops decides whether it may be loaded at
+all. The process is untrusted: what it sends is read as frames of JSON and raw array
+bytes, bounded, and checked against the signatures before anything uses it; nothing of it
+is unpickled.
+
+`SupervisedModel` keeps one running: when its process exits (a crash, a kill, a call that
+did not end in DLAAS_SCORING_CALL_TIMEOUT) the calls waiting on it and those that follow
+get a 503 saying so, while it is restarted, with a backoff, and each event is reported.
+Other deployments and the scoring service itself go on.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from service import sandbox
+from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
+from service.domain.signature import SignatureInfo, TensorInfo
+from service.errors import DlaasError, ServiceUnavailable
+from service.scoring import model_server
+from service.scoring.batching import ModelUnloaded
+from service.scoring.model_server import (
+    DTYPES,
+    MAX_GRAPH_HEADER,
+    Closed,
+    WireError,
+    encode,
+    receive,
+    send,
+    tensors_of,
+)
+
+log = logging.getLogger("dlaas.scoring")
+
+SERVER = Path(model_server.__file__).resolve()
+# All the model process's environment. TensorFlow needs no more; DLAAS_* never go in.
+ENVIRONMENT = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",  # noqa: S108 - the sandbox's private /tmp
+    "TMPDIR": "/tmp",  # noqa: S108
+    "LANG": "C.UTF-8",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+_MAX_MESSAGE = 600
+# Restarts wait 1 s, then twice as long each time, up to a minute; a process that ran a
+# minute starts the count again.
+_FIRST_BACKOFF = 1.0
+_MAX_BACKOFF = 60.0
+_STABLE = 60.0
+
+
+class ModelProblem(Exception):
+    """Why a model cannot be served, in words for its deployment's status_message."""
+
+
+class ModelRefused(ModelProblem):
+    """The model will not be run at all (an operation it may not use; no sandbox)."""
+
+
+class ModelInputError(ValueError):
+    """The model refused the inputs (TensorFlow's InvalidArgumentError): the caller's fault,
+    answered with a 400."""
+
+
+class ModelDown(ServiceUnavailable):
+    """The deployment's model process is gone (and being restarted)."""
+
+    def __init__(self, detail: str, *, retry_after: int | None = None) -> None:
+        super().__init__(detail)
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(retry_after)
+
+
+class ModelFailed(DlaasError):
+    """The model failed on a request for a reason of its own (not the inputs)."""
+
+    status = 502
+    title = "Model failed"
+    slug = "model-failed"
+
+
+class _Gone(Exception):
+    """The process can take no more calls; str() says why when the exit status does not."""
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    # Connections to each process: the model calls it runs at once.
+    connections: int
+    # Seconds a call may take before the process is restarted.
+    call_timeout: float
+    # Run the model without a sandbox where none can be made.
+    allow_unsandboxed: bool = False
+    # Directories the sandbox hides (DLAAS_HOME) where a system path would show them.
+    hidden: tuple[str, ...] = ()
+    # Seconds to describe, load and warm up the model.
+    start_timeout: float = 300.0
+
+
+def _clip(text: str, limit: int = _MAX_MESSAGE) -> str:
+    text = "".join(c if c.isprintable() else " " for c in text).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_exit(code: int, *, sandboxed: bool) -> str:
+    """`exited (signal 9, SIGKILL)`; bwrap reports its child's death by signal N as 128+N."""
+    number = -code if code < 0 else code - 128 if sandboxed and 128 < code < 160 else None
+    if number is None:
+        return f"exited (exit code {code})"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"exited (signal {number})"
+    return f"exited (signal {number}, {name})"
+
+
+def command(model_dir: Path, fds: list[int], config: ProcessConfig) -> tuple[list[str], bool]:
+    """The model process's command line, and whether it runs in the sandbox."""
+    program = [sys.executable, "-I", str(SERVER), "--model", str(model_dir)]
+    program += [arg for fd in fds for arg in ("--fd", str(fd))]
+    support = sandbox.probe()
+    if support.bwrap is not None:
+        policy = sandbox.SandboxPolicy(
+            writable=(),
+            readonly=(*sandbox.runtime_paths(), str(model_dir), str(SERVER)),
+            network=False,
+            hidden=config.hidden,
+            cwd="/",
+        )
+        return [*sandbox.argv(policy, support.bwrap), *program], True
+    if config.allow_unsandboxed:
+        return program, False
+    raise ModelRefused(
+        f"no sandbox can be made on this machine to run the model in ({support.why}); "
+        "on a one-user machine DLAAS_ALLOW_UNSANDBOXED=true runs models without one"
+    )
+
+
+# ---- what the process says, checked ----
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WireError(f"{what}: a list of strings is expected")
+    return tuple(value)
+
+
+def _nodes(value: Any, *, inputs: bool) -> tuple[Node, ...]:
+    if not isinstance(value, list):
+        raise WireError("nodes: a list is expected")
+    nodes = []
+    for n in value:
+        if not isinstance(n, dict) or not isinstance(n.get("name"), str):
+            raise WireError("a node without a name")
+        if not isinstance(n.get("op"), str):
+            raise WireError(f"node {n['name']!r}: no op")
+        attrs = n.get("attrs", {})
+        if not isinstance(attrs, dict) or not all(isinstance(v, str) for v in attrs.values()):
+            raise WireError(f"node {n['name']!r}: attrs must be strings")
+        nodes.append(
+            Node(
+                name=n["name"],
+                op=n["op"],
+                inputs=_strings(n.get("inputs", []), "inputs") if inputs else (),
+                calls=_strings(n.get("calls", []), "calls"),
+                attrs={k: v for k, v in attrs.items() if k in ATTRS_OF_INTEREST},
+            )
+        )
+    return tuple(nodes)
+
+
+def graphs_from_json(value: Any) -> list[Graph]:
+    """The model process's description of saved_model.pb, checked."""
+    if not isinstance(value, list) or not value:
+        raise WireError("graph: a list of meta graphs is expected")
+    graphs = []
+    for g in value:
+        if not isinstance(g, dict) or not isinstance(g.get("functions"), dict):
+            raise WireError("graph: meta graphs with nodes and functions are expected")
+        graphs.append(
+            Graph(
+                nodes=_nodes(g.get("nodes"), inputs=True),
+                functions={
+                    str(name): _nodes(nodes, inputs=False) for name, nodes in g["functions"].items()
+                },
+                roots=_strings(g.get("roots", []), "roots"),
+                object_functions=_strings(g.get("object_functions", []), "object_functions"),
+            )
+        )
+    return graphs
+
+
+def _tensor_info(value: Any) -> TensorInfo:
+    if not isinstance(value, dict):
+        raise WireError("signature: tensors must be objects")
+    name, dtype, shape = value.get("name"), value.get("dtype"), value.get("shape")
+    if not isinstance(name, str) or not name or len(name) > 256:
+        raise WireError("signature: a tensor without a name")
+    if not isinstance(dtype, str) or not dtype.isidentifier() or len(dtype) > 32:
+        raise WireError(f"signature: tensor {name!r} has no dtype")
+    if shape is not None and not (
+        isinstance(shape, list)
+        and len(shape) <= model_server.MAX_DIMS
+        and all(d is None or (type(d) is int and d >= 0) for d in shape)
+    ):
+        raise WireError(f"signature: tensor {name!r} has no valid shape")
+    return TensorInfo(name, dtype, None if shape is None else tuple(shape))
+
+
+def signatures_from_json(value: Any) -> dict[str, SignatureInfo]:
+    """The model process's signatures, checked (they go to the database and the API)."""
+    if not isinstance(value, dict) or len(value) > 256:
+        raise WireError("signatures: an object of at most 256 signatures is expected")
+    signatures = {}
+    for name, sig in value.items():
+        if not isinstance(sig, dict) or len(name) > 256:
+            raise WireError("signatures: each signature must be an object")
+        inputs = sig.get("inputs")
+        outputs = sig.get("outputs")
+        if not isinstance(inputs, list) or not isinstance(outputs, list):
+            raise WireError(f"signature {name!r}: inputs and outputs are expected")
+        if len(inputs) > 1024 or len(outputs) > 1024:
+            raise WireError(f"signature {name!r}: too many tensors")
+        ins = [_tensor_info(t) for t in inputs]
+        outs = [_tensor_info(t) for t in outputs]
+        signatures[name] = SignatureInfo(name, {t.name: t for t in ins}, {t.name: t for t in outs})
+    return signatures
+
+
+_OBJECT = np.dtype(object)
+
+
+def _expected_dtype(info: TensorInfo) -> np.dtype[Any] | None:
+    """The dtype an output arrives in (None: any, a dtype that cannot cross)."""
+    if info.dtype == "string":
+        return _OBJECT
+    return np.dtype(info.dtype) if info.dtype in DTYPES else None
+
+
+def _check_outputs(
+    signature: SignatureInfo, outputs: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The outputs, if they are the signature's, each of its dtype and shape."""
+    if outputs.keys() != signature.outputs.keys():
+        raise WireError(
+            f"outputs {sorted(outputs)} for signature '{signature.name}', whose outputs are "
+            f"{sorted(signature.outputs)}"
+        )
+    for name, array in outputs.items():
+        info = signature.outputs[name]
+        expected = _expected_dtype(info)
+        if expected is not None and array.dtype != expected:
+            got = "string" if array.dtype == _OBJECT else array.dtype.name
+            raise WireError(f"output {name!r} of dtype {got}, not {info.dtype}")
+        if info.shape is not None and (
+            len(info.shape) != array.ndim
+            or any(e is not None and e != g for e, g in zip(info.shape, array.shape, strict=True))
+        ):
+            raise WireError(f"output {name!r} of shape {list(array.shape)}, not {info.describe()}")
+    return outputs
+
+
+# ---- one process ----
+
+
+class ModelProcess:
+    """A model process: started, described, checked, loaded; then called."""
+
+    def __init__(self, name: str, model_dir: Path, config: ProcessConfig) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.config = config
+        self.signatures: dict[str, SignatureInfo] = {}
+        self.sandboxed = False
+        self.started = time.monotonic()
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._idle: list[socket.socket] = []
+        self._all: list[socket.socket] = []
+        self._cond = threading.Condition()
+        self._gone: str | None = None
+        self._stopped: str | None = None  # why we stopped it, if we did
+        self._output: collections.deque[str] = collections.deque(maxlen=20)
+        self._reader: threading.Thread | None = None
+
+    # -- starting --
+
+    def start(self) -> None:
+        """Start, describe, check and load; ModelProblem (ModelRefused) says why not."""
+        pairs = [socket.socketpair() for _ in range(max(1, self.config.connections))]
+        ours, theirs = [a for a, _ in pairs], [b for _, b in pairs]
+        try:
+            argv, self.sandboxed = command(
+                self.model_dir, [s.fileno() for s in theirs], self.config
+            )
+            self._popen = subprocess.Popen(
+                argv,
+                pass_fds=[s.fileno() for s in theirs],
+                env=ENVIRONMENT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                start_new_session=True,
+            )
+        except BaseException:
+            for s in ours:
+                s.close()
+            raise
+        finally:
+            for s in theirs:
+                s.close()
+        self.started = time.monotonic()
+        self._all = list(ours)
+        assert self._popen.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read_output, args=(self._popen.stdout,), daemon=True
+        )
+        self._reader.start()
+        try:
+            self._handshake(ours[0])
+        except BaseException:
+            self.stop("it did not start")
+            raise
+        self._idle = list(ours)
+
+    def _read_output(self, stream: IO[bytes]) -> None:
+        """Keep the last lines the model wrote (for the reports), stack traces left out;
+        nothing more."""
+        with contextlib.suppress(OSError, ValueError):
+            while line := stream.readline(4096):
+                text = _clip(line.decode(errors="replace"), 300)
+                if text and not text.startswith(("@ ", "*** ", "Traceback", "File ")):
+                    self._output.append(text)
+
+    def _handshake(self, control: socket.socket) -> None:
+        deadline = time.monotonic() + self.config.start_timeout
+        try:
+            send(control, encode({"op": "describe", "attrs": list(ATTRS_OF_INTEREST)}))
+            header = self._expect(control, "graph", deadline, MAX_GRAPH_HEADER)
+            found = forbidden_op(graphs_from_json(header.get("graph")))
+            if found is not None:
+                raise ModelRefused(found.message())
+            send(control, encode({"op": "load"}))
+            header = self._expect(control, "ready", deadline, model_server.MAX_HEADER)
+            self.signatures = signatures_from_json(header.get("signatures"))
+        except TimeoutError as e:
+            raise ModelProblem(
+                f"the model process did not load the model in {self.config.start_timeout:g} s"
+            ) from e
+        except (Closed, OSError) as e:
+            raise ModelProblem(f"the model process {self.exit_reason(wait=5)} while loading") from e
+        except WireError as e:
+            raise ModelProblem(f"the model process answered what no model process does: {e}") from e
+
+    def _expect(
+        self, control: socket.socket, op: str, deadline: float, max_header: int
+    ) -> dict[str, Any]:
+        control.settimeout(max(0.001, deadline - time.monotonic()))
+        header, _ = receive(control, max_header=max_header, max_body=0)
+        if header.get("op") == "failed":
+            error = header.get("error")
+            raise ModelProblem(f"the model could not be loaded: {_clip(str(error))}")
+        if header.get("op") != op:
+            raise WireError(f"{header.get('op')!r} where {op!r} was expected")
+        return header
+
+    # -- calling --
+
+    def call(
+        self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """The outputs of `signature` on `tensors`; ModelInputError (the caller's inputs),
+        ModelFailed (the model's own failure) or _Gone (the process is gone)."""
+        timeout = self.config.call_timeout
+        deadline = time.monotonic() + timeout
+        frame = encode({"op": "call", "signature": signature.name}, tensors)
+        try:
+            conn = self._take(deadline)
+        except TimeoutError as e:
+            self.stop(f"was stopped: no call ended in {timeout:g} s")
+            raise _Gone() from e
+        healthy = False
+        try:
+            conn.settimeout(timeout)
+            send(conn, frame)
+            header, body = receive(conn, deadline=deadline)
+            op = header.get("op")
+            if op == "error":
+                healthy = True
+                message = _clip(str(header.get("message")))
+                if header.get("kind") == "input":
+                    raise ModelInputError(message)
+                raise ModelFailed(f"the model of deployment {self.name} failed: {message}")
+            if op != "result":
+                raise WireError(f"{op!r} where a result was expected")
+            outputs = _check_outputs(signature, tensors_of(header, body))
+            healthy = True
+            return outputs
+        except TimeoutError as e:
+            self.stop(f"was stopped: a call took longer than {timeout:g} s")
+            raise _Gone() from e
+        except (Closed, OSError) as e:
+            raise _Gone() from e
+        except WireError as e:
+            self.stop(f"was stopped: it answered what no model process does ({_clip(str(e))})")
+            raise _Gone() from e
+        finally:
+            self._give(conn, healthy)
+
+    def _take(self, deadline: float) -> socket.socket:
+        with self._cond:
+            while not self._idle and self._gone is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("no connection to the model process came free")
+                self._cond.wait(remaining)
+            if self._gone is not None:
+                raise _Gone()
+            return self._idle.pop()
+
+    def _give(self, conn: socket.socket, healthy: bool) -> None:
+        with self._cond:
+            if healthy and self._gone is None:
+                self._idle.append(conn)
+            else:
+                with contextlib.suppress(OSError):
+                    conn.close()
+            self._cond.notify()
+
+    # -- ending --
+
+    def wait(self) -> int:
+        assert self._popen is not None
+        code = self._popen.wait()
+        self._mark_gone()
+        return code
+
+    def exit_reason(self, *, wait: float = 0) -> str:
+        """How the process ended (`exited (signal 6, SIGABRT): <its last line>`)."""
+        if self._stopped is not None:
+            return self._stopped
+        code = None
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self._popen.wait(wait)
+        if code is None:
+            return "stopped answering"
+        how = describe_exit(code, sandboxed=self.sandboxed)
+        if self._reader is not None:
+            self._reader.join(1)
+        last = self._output[-1] if self._output else ""
+        return f"{how}: {last}" if last else how
+
+    def _mark_gone(self) -> None:
+        with self._cond:
+            if self._gone is None:
+                self._gone = "gone"
+            for s in self._idle:
+                with contextlib.suppress(OSError):
+                    s.close()
+            self._idle.clear()
+            self._cond.notify_all()
+
+    def stop(self, why: str) -> None:
+        """Kill the process (and the sandbox around it), saying why."""
+        if self._stopped is None:
+            self._stopped = why
+        popen = self._popen
+        if popen is not None and popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+        for s in self._all:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self._mark_gone()
+        if popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(10)
+            if popen.stdout is not None:
+                with contextlib.suppress(OSError):
+                    popen.stdout.close()
+
+
+# ---- one deployment's, kept running ----
+
+Report = Callable[[str, str], None]
+
+
+class SupervisedModel:
+    """A deployment's model process, restarted when it exits; `report(deployment_id,
+    message)` is told each time it goes down and comes back."""
+
+    def __init__(self, name: str, model_dir: Path, config: ProcessConfig, report: Report) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.config = config
+        self.report = report
+        self.signatures: dict[str, SignatureInfo] = {}
+        self._process: ModelProcess | None = None
+        self._down = "is not started"
+        self._retry_at = 0.0
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the first process; ModelProblem says why it cannot."""
+        process = ModelProcess(self.name, self.model_dir, self.config)
+        process.start()
+        self.signatures = process.signatures
+        self._process = process
+        self._thread = threading.Thread(target=self._watch, name=f"model-{self.name}", daemon=True)
+        self._thread.start()
+
+    def call(
+        self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        process = self._process
+        if process is None:
+            raise self._unavailable(self._down)
+        try:
+            return process.call(signature, tensors)
+        except _Gone as e:
+            raise self._unavailable(process.exit_reason(wait=2)) from e
+
+    def _unavailable(self, why: str) -> Exception:
+        if self._closed.is_set():
+            return ModelUnloaded("the model was unloaded")
+        retry = max(1, math.ceil(self._retry_at - time.monotonic()))
+        return ModelDown(
+            f"the model process of deployment {self.name} {why}; it is being restarted",
+            retry_after=retry,
+        )
+
+    def _watch(self) -> None:
+        backoff = _FIRST_BACKOFF
+        while not self._closed.is_set():
+            process = self._process
+            assert process is not None
+            process.wait()
+            if self._closed.is_set():
+                return
+            how = process.exit_reason(wait=1)
+            if time.monotonic() - process.started >= _STABLE:
+                backoff = _FIRST_BACKOFF
+            self._down = how
+            self._process = None
+            self._retry_at = time.monotonic() + backoff
+            self.report(self.name, f"the model process {how}; it is being restarted")
+            while True:
+                if self._closed.wait(backoff):
+                    return
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                replacement = ModelProcess(self.name, self.model_dir, self.config)
+                try:
+                    replacement.start()
+                except ModelRefused as e:
+                    self._down = f"{how}, and cannot be restarted: {e}"
+                    self.report(self.name, f"the model process {self._down}")
+                    return
+                except Exception as e:
+                    self._down = f"{how}, and could not be restarted ({e})"
+                    self._retry_at = time.monotonic() + backoff
+                    self.report(
+                        self.name,
+                        f"the model process {self._down}; trying again in {backoff:g} s",
+                    )
+                    continue
+                if self._closed.is_set():
+                    replacement.stop("was unloaded")
+                    return
+                self._process = replacement
+                when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.report(self.name, f"the model process was restarted at {when} after it {how}")
+                break
+
+    def close(self) -> None:
+        """Stop the process for good (the deployment was deleted, the service stops)."""
+        self._closed.set()
+        process = self._process
+        if process is not None:
+            process.stop("was unloaded")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(15)
