@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.api.deps import CurrentTenant, LoopReads, SessionDep, owned_training
 from service.db import repository
-from service.domain.manifest import metric_pattern
+from service.domain.metrics import metric_pattern
 from service.domain.states import TrainingState
 from service.errors import BadRequest, Conflict, FieldError, NotFound, TooManyRequests
 from service.http.app import PlatformDep
@@ -47,7 +47,7 @@ NEXT_CURSOR = "X-Next-Cursor"
 # A follower's pause between two reads while no line comes: short after a line, longer
 # while the log is quiet.
 _PAUSE_MIN = 0.05
-_PAUSE_MAX = 0.25
+_PAUSE_MAX = 0.1
 # How often a quiet follower re-reads the training's state.
 _STATE_CHECK = 1.0
 # What a refused follower is told to wait before it asks again.

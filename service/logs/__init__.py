@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from service.domain.manifest import MetricMatch, metric_pattern
+from service.domain.metrics import MetricMatch, metric_pattern
 from service.logs.base import LogRecord, LogStore, iso_utc
 
 __all__ = [
