@@ -259,7 +259,10 @@ async def get_training_logs(
     return FollowedLog(lines, release)
 
 
-@router.get("/{training_id}/metrics")
+@router.get(
+    "/{training_id}/metrics",
+    responses={409: {"description": "The manifest has a metric regex this service cannot run"}},
+)
 def get_training_metrics(
     training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
 ) -> dict[str, list[dict[str, Any]]]:

@@ -29,7 +29,16 @@ from service.storage.base import ObjectInfo, ObjectNotFound, ObjectStore, StoreU
 router = APIRouter(prefix="/v1/trainings", tags=["results"])
 
 _CHUNK = 1024 * 1024
-_BINARY: dict[int | str, dict[str, Any]] = {200: {"content": {"application/octet-stream": {}}}}
+# A result file is served with the type its name suggests (octet-stream when none does).
+_RESULT_FILE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"*/*": {}}, "description": "The file, typed by its name"}
+}
+_CODE_ARCHIVE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"application/zip": {}, "application/gzip": {}},
+        "description": "The archive as uploaded: .zip or .tar.gz",
+    }
+}
 
 
 class RangeNotSatisfiable(DlaasError):
@@ -184,8 +193,8 @@ def tar_gz(store: ObjectStore, files: list[ObjectInfo], prefix: str, root: str) 
     "/{training_id}/results/{path:path}",
     response_class=StreamingResponse,
     responses={
-        **_BINARY,
-        206: {"description": "The requested byte range"},
+        **_RESULT_FILE,
+        206: {"content": {"*/*": {}}, "description": "The requested byte range"},
         416: {"description": "The range starts past the end of the file"},
     },
 )
@@ -225,7 +234,9 @@ def get_training_result(
     )
 
 
-@router.get("/{training_id}/model_definition", response_class=StreamingResponse, responses=_BINARY)
+@router.get(
+    "/{training_id}/model_definition", response_class=StreamingResponse, responses=_CODE_ARCHIVE
+)
 def get_model_definition(
     training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
 ) -> StreamingResponse:

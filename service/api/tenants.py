@@ -22,7 +22,11 @@ router = APIRouter(prefix="/v1/tenants", tags=["tenants"])
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=TenantCreated, dependencies=[AdminOnly]
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TenantCreated,
+    dependencies=[AdminOnly],
+    responses={409: {"description": "A tenant of that name exists"}},
 )
 def create_tenant(body: TenantCreate, platform: PlatformDep, session: SessionDep) -> TenantCreated:
     """Create a tenant and its first API key; the key is in this response only."""

@@ -97,7 +97,13 @@ def _training_json(conn: Connection, tenant_id: str, training_id: str) -> bytes:
 @router.post(
     "/{training_id}/stop",
     response_model=TrainingOut,
-    responses={202: {"description": "Stop requested; the learners are being stopped"}},
+    responses={
+        202: {
+            "model": TrainingOut,
+            "description": "Stop requested; the learners are being stopped",
+        },
+        409: {"description": "The training already ended (COMPLETED or FAILED)"},
+    },
 )
 def stop_training(
     training_id: str,
@@ -119,7 +125,12 @@ def stop_training(
 @router.delete(
     "/{training_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={202: {"description": "Learners are being stopped; deleted once they are"}},
+    responses={
+        202: {
+            "model": TrainingOut,
+            "description": "Learners are being stopped; deleted once they are",
+        }
+    },
 )
 def delete_training(
     training_id: str, tenant: CurrentTenant, platform: PlatformDep, session: SessionDep

@@ -9,7 +9,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 
 from service.http.limits import BodyCap, BodyLimits, RequestGate
-from service.http.problems import install_problem_handlers
+from service.http.problems import document_problems, install_problem_handlers
 from service.platform import Platform
 
 
@@ -51,10 +51,20 @@ def install_common(
     for middleware in fast_paths:
         app.add_middleware(middleware)
     docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    public = {*public_paths, *(path for path in docs if path)}
     app.add_middleware(
         RequestGate,
         platform=platform,
         limits=body_limits(platform),
-        public_paths={*public_paths, *(path for path in docs if path)},
+        public_paths=public,
     )
     install_problem_handlers(app)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI caches the document on the app; it is completed once, on first use.
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(generate(), public_paths=public)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -26,7 +26,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "The database is not reachable"}})
 def readyz(platform: PlatformDep) -> dict[str, str]:
     try:
         with platform.engine.connect() as conn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from http import HTTPStatus
 from typing import Any
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.errors import DlaasError, FieldError
 
@@ -88,13 +90,16 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         title = HTTPStatus(exc.status_code).phrase
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
         return problem(
             exc.status_code,
             title,
             str(exc.detail),
             slug=title.lower().replace(" ", "-"),
             instance=request.url.path,
-            headers=getattr(exc, "headers", None),
+            headers=headers,
         )
 
     @app.exception_handler(Exception)
@@ -107,3 +112,85 @@ def install_problem_handlers(app: FastAPI) -> None:
             slug="internal",
             instance=request.url.path,
         )
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path. Starlette's 405 names only the methods of
+    the first route whose path matched, though a path is often served by several routes
+    (GET and DELETE /v1/trainings/{id}). Each method is tried against the routes as a
+    request would be."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+# The problem+json body every 4xx and 5xx carries, as the OpenAPI document shows it.
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "RFC 9457 problem details.",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "urn:dlaas:problem:<slug>"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": "string", "description": "The request's path"},
+        "errors": {
+            "type": "array",
+            "description": "The offending fields, each named and with the rule it breaks.",
+            "items": {
+                "type": "object",
+                "required": ["field", "message"],
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+}
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+# What a status means when the route does not say more.
+_GENERIC = {
+    400: "The request is malformed (a body or parameter that cannot be read)",
+    401: "No API key, or one that is unknown, revoked or expired",
+    403: "The key may not use this operation",
+    404: "No such resource for this tenant, or no such path",
+    413: "The body is above the size limit",
+    422: "A field breaks a rule; `errors` names each field and its rule",
+    503: "A service the platform needs (the database) is unavailable",
+}
+
+
+def document_problems(document: dict[str, Any], *, public_paths: Collection[str]) -> dict[str, Any]:
+    """Make the OpenAPI document say what the API answers when it refuses a request: every
+    operation lists its 4xx/5xx with `application/problem+json` and the Problem schema (in
+    place of FastAPI's HTTPValidationError, which the app never sends)."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Problem"] = PROBLEM_SCHEMA
+    for path, operations in document.get("paths", {}).items():
+        for operation in operations.values():
+            responses: dict[str, Any] = operation.setdefault("responses", {})
+            # What the request gate and the routers may answer any keyed request; a public
+            # path (the probes) lists its own.
+            codes = {int(c) for c in responses if c.isdigit() and int(c) >= 400}
+            if path not in public_paths:
+                codes |= {400, 401, 403, 404, 422, 503}
+                if "requestBody" in operation:
+                    codes.add(413)
+            for code in sorted(codes):
+                documented = responses.setdefault(str(code), {})
+                documented.setdefault("description", _GENERIC.get(code, HTTPStatus(code).phrase))
+                if documented["description"] == "Validation Error":
+                    documented["description"] = _GENERIC[422]
+                documented["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+    text = repr(document.get("paths", {}))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        if f"#/components/schemas/{unused}'" not in text:
+            schemas.pop(unused, None)
+    return document
