@@ -16,6 +16,7 @@ from service.db import repository
 from service.db.models import Training
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
+from service.domain.reports import Report, check_report
 from service.domain.states import TrainingState
 from service.logs import all_records
 from service.platform import Platform
@@ -166,7 +167,11 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
     backend.stop(training_id)
     # What the stopped learners reported as they ended (exit code or signal), read before
     # cleanup removes it, so that the record matches what happened to them.
-    observation = backend.observe(training_id)
+    try:
+        observation = backend.observe(training_id)
+    except Exception:  # the learners stay recorded HALTED, without an exit code
+        log.exception("observing the stopped learners of %s failed", training_id)
+        observation = None
     backend.cleanup(training_id)
     with platform.sessions() as session:
         training = repository.training_by_id(session, training_id)
@@ -175,7 +180,16 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
         if TrainingState(training.status).terminal:
             halt_remaining_learners(training)
             if isinstance(observation, Observation):
-                record_stopped_learners(training, observation.learners)
+                # Checked as the monitor checks it: the learners run the user's code.
+                report = check_report(
+                    observation.learners,
+                    observation.primaries,
+                    observation.notes,
+                    learner_ids=[lr.learner_id for lr in training.learners],
+                    window=(float("-inf"), float("inf")),
+                )
+                if isinstance(report, Report):
+                    record_stopped_learners(training, report.learners)
             session.commit()
         learners = [lr.learner_id for lr in training.learners]
     archive_logs(platform, training_id, learners)
