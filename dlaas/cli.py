@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -228,8 +229,7 @@ def _show_training(training: Training) -> None:
         learners.add_column("status")
         learners.add_column("exit code", justify="right")
         for lr in training.learners:
-            code = "-" if lr.exit_code is None else str(lr.exit_code)
-            learners.add_row(str(lr.learner_id), _status(lr.status), code)
+            learners.add_row(str(lr.learner_id), _status(lr.status), _exit_code(lr.exit_code))
         out.print(learners)
     if training.status_history:
         history = Table(title="History", title_justify="left", box=None)
@@ -344,6 +344,19 @@ def list_(
             _when(t.created_at),
         )
     out.print(table)
+
+
+def _exit_code(code: int | None) -> str:
+    """A learner's exit code as `dlaas show` prints it; a negative one is the signal that
+    ended it (a learner the platform stopped: `-15 (SIGTERM)`)."""
+    if code is None:
+        return "-"
+    if code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"{code} (signal {-code})"
+    return str(code)
 
 
 @app.command()

@@ -164,7 +164,47 @@ def record_transition(
         training.started_at = now
     if new.terminal:
         training.completed_at = now
+        halt_remaining_learners(training)
     training.events.append(StatusEvent(status=new, message=message, at=now))
+
+
+# What a learner still running (or never started) when its training ended is recorded as:
+# the platform stops it then (parameter servers, MPI hosts, the survivors of a failure).
+STOPPED_AT_END = "stopped by the platform when the training ended"
+NOT_STARTED_AT_END = "never started: the training ended first"
+_ENDED = ("COMPLETED", "FAILED", "HALTED", "LOST")
+
+
+def halt_remaining_learners(training: Training) -> None:
+    """Record every learner of an ending training that has not ended as HALTED, so that no
+    learner of a terminal training is shown in a non-terminal phase. The worker's
+    FINALIZE stops them and records the exit code or signal it then sees
+    (`record_stopped_learners`)."""
+    for row in training.learners:
+        if row.status in _ENDED:
+            continue
+        started = row.status not in (TrainingState.QUEUED, TrainingState.PENDING)
+        row.status = TrainingState.HALTED
+        row.status_message = STOPPED_AT_END if started else NOT_STARTED_AT_END
+
+
+def record_stopped_learners(training: Training, observations: Iterable[LearnerObservation]) -> None:
+    """After the platform stopped a terminal training's learners: record what each one that
+    was still running when the training ended reported as it stopped (its exit code, or
+    the signal as a negative code); one that reported nothing stays HALTED."""
+    rows = {lr.learner_id: lr for lr in training.learners}
+    for obs in observations:
+        row = rows.get(obs.learner_id)
+        if row is None:
+            continue
+        if row.status not in _ENDED:
+            row.status, row.status_message = TrainingState.HALTED, STOPPED_AT_END
+        if row.status_message != STOPPED_AT_END:
+            continue  # it ended on its own before the training did: recorded then
+        if obs.phase in ("COMPLETED", "FAILED", "HALTED") and obs.exit_code is not None:
+            row.status, row.exit_code = obs.phase, obs.exit_code
+            if obs.phase != "HALTED" and obs.message:
+                row.status_message = obs.message
 
 
 def record_learner_states(training: Training, observations: Iterable[LearnerObservation]) -> None:

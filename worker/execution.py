@@ -16,6 +16,7 @@ from service.db import repository
 from service.db.models import Training
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
+from service.domain.reports import Report, check_report
 from service.domain.states import TrainingState
 from service.logs import all_records
 from service.platform import Platform
@@ -24,8 +25,8 @@ from service.storage import keys
 from service.storage.config import BucketLocation, StoreConfig
 from service.storage.endpoints import EndpointPolicy
 from service.tenants import LOCAL_TENANT
-from service.trainings import record_transition
-from worker.backends.base import Backend, StartRequest
+from service.trainings import halt_remaining_learners, record_stopped_learners, record_transition
+from worker.backends.base import Backend, Observation, StartRequest
 from worker.launchers.plan import TrainingSpec
 
 log = logging.getLogger("dlaas.worker")
@@ -160,13 +161,36 @@ def stop(backend: Backend, training_id: str) -> None:
 
 
 def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
-    """Stop what is left (parameter servers, MPI hosts), archive every learner's log to the
-    object store if its wrapper could not, and release the training's resources."""
+    """Stop what is left (parameter servers, MPI hosts) and record how each of them ended,
+    archive every learner's log to the object store if its wrapper could not, and release
+    the training's resources."""
+    backend.stop(training_id)
+    # What the stopped learners reported as they ended (exit code or signal), read before
+    # cleanup removes it, so that the record matches what happened to them.
+    try:
+        observation = backend.observe(training_id)
+    except Exception:  # the learners stay recorded HALTED, without an exit code
+        log.exception("observing the stopped learners of %s failed", training_id)
+        observation = None
     backend.cleanup(training_id)
     with platform.sessions() as session:
         training = repository.training_by_id(session, training_id)
         if training is None:
             return
+        if TrainingState(training.status).terminal:
+            halt_remaining_learners(training)
+            if isinstance(observation, Observation):
+                # Checked as the monitor checks it: the learners run the user's code.
+                report = check_report(
+                    observation.learners,
+                    observation.primaries,
+                    observation.notes,
+                    learner_ids=[lr.learner_id for lr in training.learners],
+                    window=(float("-inf"), float("inf")),
+                )
+                if isinstance(report, Report):
+                    record_stopped_learners(training, report.learners)
+            session.commit()
         learners = [lr.learner_id for lr in training.learners]
     archive_logs(platform, training_id, learners)
 

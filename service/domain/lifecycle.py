@@ -1,10 +1,11 @@
 """How a training's state follows its learners (pure; the monitor applies the decisions).
 
-Gang semantics: all learners must progress; one learner failing fails the training and
-stops the others. The training completes when every *primary* learner has exited 0 (the
-only learner; the workers of a parameter-server training; the MPI launcher); the others
-(parameter servers, MPI hosts) never exit on their own and are stopped then. A secondary
-learner that ends before that is a failure too.
+Gang semantics: all learners must progress; one learner failing (exiting non-zero, lost,
+or stopped) fails the training and stops the others. A learner that exits 0 is never a
+failure. The training completes when every *primary* learner has exited 0 (the only
+learner; the workers of a parameter-server training; the MPI launcher); the others
+(parameter servers, MPI hosts) usually never exit on their own and are stopped then. A
+secondary learner that exits 0 before that is recorded (COMPLETED) and does not fail it.
 """
 
 from __future__ import annotations
@@ -54,12 +55,11 @@ _ORDER = {
 _PROGRESS = list(_ORDER.values())
 
 
-def _failure(obs: LearnerObservation, primary: bool) -> str:
+def _failure(obs: LearnerObservation) -> str:
     if obs.message and obs.phase in ("FAILED", "LOST"):
         return obs.message
     if obs.exit_code is not None:
-        what = "" if primary else " (it serves the others and must not end first)"
-        return f"learner {obs.learner_id} exited with code {obs.exit_code}{what}"
+        return f"learner {obs.learner_id} exited with code {obs.exit_code}"
     return f"learner {obs.learner_id} ended ({obs.phase.lower()}) before the training completed"
 
 
@@ -83,10 +83,9 @@ def decide(
 
     primary_ids = set(primaries)
     for obs in learners:
-        primary = obs.learner_id in primary_ids
-        failed = obs.phase in ("FAILED", "LOST", "HALTED") if primary else obs.ended
-        if failed:
-            return Decision(TrainingState.FAILED, _failure(obs, primary), (Action.FINALIZE,))
+        # Exit 0 (COMPLETED) is never a failure, whichever learner it is and whenever.
+        if obs.phase in ("FAILED", "LOST", "HALTED"):
+            return Decision(TrainingState.FAILED, _failure(obs), (Action.FINALIZE,))
 
     if learners and all(
         obs.phase == "COMPLETED" for obs in learners if obs.learner_id in primary_ids

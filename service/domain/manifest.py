@@ -151,17 +151,97 @@ _ALIASES: dict[str, tuple[str | None, str]] = {
 }
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """YAML without anchors/aliases: a manifest never needs them, and they allow
-    exponential documents ("billion laughs") in a few bytes."""
+# Anchors and aliases are accepted, but a few bytes of them can stand for an exponential
+# document ("billion laughs", CVE-2019-11253): the document as its aliases expand is
+# bounded, counted on the composed node graph (each anchored node once) before anything
+# is constructed.
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 64
+
+
+class _ManifestTooLarge(Exception):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A safe loader that refuses nesting deeper than MAX_YAML_DEPTH while composing (so a
+    deep document never reaches Python's recursion limit)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.MarkedYAMLError(
-                "YAML aliases are not allowed in a manifest", event.start_mark
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _ManifestTooLarge(f"nests deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(root: yaml.Node) -> None:
+    """Raise _ManifestTooLarge if the document, every alias expanded, has more than
+    MAX_YAML_NODES nodes or nests deeper than MAX_YAML_DEPTH; linear in the composed graph
+    (an aliased node's size and depth are computed once)."""
+    sizes: dict[int, tuple[int, int]] = {}
+    visiting: set[int] = set()
+
+    def walk(node: yaml.Node) -> tuple[int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise _ManifestTooLarge("has an alias that refers to a node containing it")
+        visiting.add(key)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        size, depth = 1, 0
+        for child in children:
+            child_size, child_depth = walk(child)
+            size += child_size
+            depth = max(depth, child_depth)
+            if size > MAX_YAML_NODES:
+                raise _ManifestTooLarge(
+                    f"expands to more than {MAX_YAML_NODES} YAML nodes (an alias counts "
+                    "as the whole node it refers to)"
+                )
+        if depth + 1 > MAX_YAML_DEPTH:
+            raise _ManifestTooLarge(
+                f"nests deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded"
             )
-        return super().compose_node(parent, index)
+        visiting.discard(key)
+        sizes[key] = (size, depth + 1)
+        return sizes[key]
+
+    walk(root)
+
+
+def _unshared(value: Any) -> Any:
+    """A copy in which an aliased mapping or list is its own object at each place it is
+    used (bounded by MAX_YAML_NODES), so that changing one place (sealing the data
+    connection's secrets) never changes another (the results connection)."""
+    if isinstance(value, dict):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshared(v) for v in value]
+    return value
+
+
+def _load_yaml(text: str) -> Any:
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return _unshared(loader.construct_document(node))
+    finally:
+        loader.dispose()
 
 
 def parse_manifest_text(text: str | bytes) -> dict[str, Any]:
@@ -174,10 +254,11 @@ def parse_manifest_text(text: str | bytes) -> dict[str, Any]:
         except UnicodeDecodeError as e:
             raise _unreadable("is not UTF-8 text") from e
     try:
-        if text.lstrip().startswith("{"):
-            data = json.loads(text)
-        else:
-            data = yaml.load(text, _NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        data = json.loads(text) if text.lstrip().startswith("{") else _load_yaml(text)
+    except _ManifestTooLarge as e:
+        raise _unreadable(str(e)) from e
+    except RecursionError as e:  # JSON nested deeper than the parser can follow
+        raise _unreadable(f"nests deeper than {MAX_YAML_DEPTH} levels") from e
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise _unreadable(f"is not valid YAML or JSON: {e}") from e
     if not isinstance(data, dict):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import create_tenant, submit
+from tests.conftest import create_tenant, manifest_yaml, submit
 from tests.manifest_cases import ACCEPTED, REJECTED, Case
 
 
@@ -61,3 +62,55 @@ def test_missing_parts_name_the_field(client: TestClient, tenant: dict[str, str]
     r = client.post("/v1/trainings", files={"manifest": ("m.yaml", "name: x")}, headers=tenant)
     assert r.status_code == 422
     assert [e["field"] for e in r.json()["errors"]] == ["model_definition"]
+
+
+def test_a_manifest_with_anchors_and_aliases_is_accepted(
+    client: TestClient, tenant: dict[str, str]
+) -> None:
+    # One connection used for the data and the results, as PyYAML writes it: &id001/*id001.
+    connection = {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "access_key_id": "a",
+        "secret_access_key": "b",
+    }
+    text = manifest_yaml(
+        training_data_reference={
+            "type": "s3",
+            "connection": connection,
+            "source": {"bucket": "data"},
+        },
+        training_results_reference={
+            "type": "s3",
+            "connection": connection,
+            "target": {"bucket": "results"},
+        },
+    )
+    assert "*id001" in text
+    r = submit(client, tenant, text)
+    assert r.status_code == 201, r.text
+
+
+def test_an_alias_bomb_is_a_400_naming_the_manifest(
+    client: TestClient, tenant: dict[str, str]
+) -> None:
+    bomb = "\n".join(
+        ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    )
+    started = time.monotonic()
+    r = submit(client, tenant, bomb)
+    assert time.monotonic() - started < 1.0
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["errors"][0]["field"] == "manifest"
+    assert "expands to more than 10000 YAML nodes" in body["errors"][0]["message"]
+
+
+def test_deep_nesting_is_a_400_naming_the_manifest(
+    client: TestClient, tenant: dict[str, str]
+) -> None:
+    r = submit(client, tenant, "x: " + "[" * 10_000 + "]" * 10_000)
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "manifest"
+    assert "nests deeper than 64 levels" in r.json()["detail"]

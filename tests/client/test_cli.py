@@ -130,3 +130,11 @@ def test_a_tenant_manages_its_own_keys_with_its_own_key(
         capsys, *as_me, "tenants", "keys", "revoke", mine["id"], "nosuchkey", "--json"
     )
     assert code == 1 and json.loads(out)["status"] == 404 and "nosuchkey" in err
+
+
+@pytest.mark.parametrize(
+    ("code", "shown"),
+    [(None, "-"), (0, "0"), (3, "3"), (-15, "-15 (SIGTERM)"), (-9, "-9 (SIGKILL)")],
+)
+def test_show_names_the_signal_that_ended_a_learner(code: int | None, shown: str) -> None:
+    assert cli._exit_code(code) == shown

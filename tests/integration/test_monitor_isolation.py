@@ -20,7 +20,7 @@ from service.db.models import Training, utcnow
 from service.dispatch import FINALIZE, LAUNCH
 from service.domain.lifecycle import LearnerObservation
 from service.platform import Platform
-from service.trainings import record_learner_states
+from service.trainings import NOT_STARTED_AT_END, STOPPED_AT_END, record_learner_states
 from tests.conftest import create_tenant, manifest_yaml, submit
 from worker.backends.base import Observation, StartRequest
 from worker.monitor import FAILING_GRACE, FAILING_PASSES, Monitor
@@ -325,8 +325,13 @@ def test_hostile_reports_fail_their_own_trainings_and_no_other(
             assert (training.status, training.status_message) == ("FAILED", message)
             assert "secret" not in message and "Traceback" not in message
             assert (FINALIZE, tid) in broker.sent
-            # Nothing a refused report said was recorded.
-            assert {lr.status for lr in training.learners} <= {"QUEUED", "RUNNING"}
+            # Nothing a refused report said was recorded: the learners are what the
+            # platform made them when the training ended (stopped, without an exit code).
+            assert {(lr.status, lr.exit_code) for lr in training.learners} == {("HALTED", None)}
+            assert {lr.status_message for lr in training.learners} <= {
+                STOPPED_AT_END,
+                NOT_STARTED_AT_END,
+            }
     assert FAILING_PASSES * PASS >= FAILING_GRACE  # the raising ones got their grace
 
 

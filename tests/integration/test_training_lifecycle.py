@@ -120,6 +120,62 @@ def test_one_failed_learner_stops_the_others(live: LivePlatform) -> None:
     assert "learner 2 exited with code 3" in done["status_message"]
     assert time.monotonic() - started < 30
     assert wait_no_processes(t["id"]) == []
+    # The survivors the platform stopped are recorded so, never left RUNNING.
+    assert all(lr["status"] in ENDED for lr in done["learners"]), done["learners"]
+    learners = wait_learners_recorded(live, t["id"])
+    assert [lr["status"] for lr in learners] == ["HALTED", "FAILED", "HALTED"], learners
+    assert all(lr["exit_code"] is not None for lr in learners), learners
+
+
+ENDED = {"COMPLETED", "FAILED", "HALTED", "LOST"}
+
+
+def wait_learners_recorded(
+    live: LivePlatform, training_id: str, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """The learners once every one has an exit code (the stopped ones get theirs when the
+    worker has stopped them), or as they are at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        learners: list[dict[str, Any]] = live.get(training_id)["learners"]
+        if all(lr["exit_code"] is not None for lr in learners) or time.monotonic() > deadline:
+            return learners
+        time.sleep(0.2)
+
+
+def test_a_parameter_server_that_exits_0_first_is_not_a_failure(live: LivePlatform) -> None:
+    # Learner 1 is the parameter server: it prints its environment and exits 0 before the
+    # workers do, as a simple script does on every learner.
+    command = 'if [ "$LEARNER_ID" != 1 ]; then sleep 2; fi; python3 print_env.py'
+    t = live.submit(manifest(command, nodes=3, framework={"parameter_servers": 1}), ENV)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=90)
+    assert done["status"] == "COMPLETED", done
+    assert [(lr["status"], lr["exit_code"]) for lr in done["learners"]] == [("COMPLETED", 0)] * 3
+    assert "PS_HOSTS_COUNT=1" in live.logs(t["id"])
+
+
+def test_a_parameter_server_that_exits_non_zero_fails_the_training(live: LivePlatform) -> None:
+    command = 'if [ "$LEARNER_ID" = 1 ]; then exit 1; fi; exec sleep 120'
+    t = live.submit(manifest(command, nodes=3, framework={"parameter_servers": 1}), ENV)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
+    assert done["status"] == "FAILED", done
+    assert "learner 1 exited with code 1" in done["status_message"]
+    assert all(lr["status"] in ENDED for lr in done["learners"]), done["learners"]
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_a_parameter_server_stopped_at_the_end_is_recorded_stopped(live: LivePlatform) -> None:
+    # The parameter server never exits on its own: the platform stops it when the workers
+    # have completed, and the record says so, with its exit code or signal.
+    command = 'if [ "$LEARNER_ID" = 1 ]; then exec sleep 120; fi; sleep 1'
+    t = live.submit(manifest(command, nodes=3, framework={"parameter_servers": 1}), ENV)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=90)
+    assert done["status"] == "COMPLETED", done
+    assert all(lr["status"] in ENDED for lr in done["learners"]), done["learners"]
+    assert wait_no_processes(t["id"]) == []
+    learners = wait_learners_recorded(live, t["id"])
+    assert learners[0]["status"] == "HALTED" and learners[0]["exit_code"] is not None, learners
+    assert [(lr["status"], lr["exit_code"]) for lr in learners[1:]] == [("COMPLETED", 0)] * 2
 
 
 def test_stop_halts_and_leaves_no_process(live: LivePlatform) -> None:

@@ -57,15 +57,38 @@ def obs(*phases: str, codes: dict[int, int] | None = None) -> list[LearnerObserv
             (Action.FINALIZE,),
             "learner 2 ended (lost)",
         ),
-        # a parameter server ending before the workers is a failure
+        # a learner that exits 0 is never a failure: a parameter server (secondary) that
+        # exits 0 before the workers is recorded and the training goes on ...
+        (S.RUNNING, obs("COMPLETED", "RUNNING", codes={1: 0}), [2], None, (), None),
+        (S.RUNNING, obs("COMPLETED", "COMPLETED", "RUNNING"), [2, 3], None, (), None),
+        # ... and completes when every primary has exited 0, whichever ended first
         (
             S.RUNNING,
-            obs("COMPLETED", "RUNNING", codes={1: 0}),
+            obs("COMPLETED", "COMPLETED", codes={1: 0, 2: 0}),
+            [2],
+            S.COMPLETED,
+            (Action.FINALIZE,),
+            None,
+        ),
+        (
+            S.PENDING,
+            obs("COMPLETED", "COMPLETED", "COMPLETED"),
+            [2, 3],
+            S.COMPLETED,
+            (Action.FINALIZE,),
+            None,
+        ),
+        # a secondary that exits non-zero, is lost or stopped still fails the training
+        (
+            S.RUNNING,
+            obs("FAILED", "RUNNING", codes={1: 1}),
             [2],
             S.FAILED,
             (Action.FINALIZE,),
-            "learner 1 exited with code 0 (it serves the others",
+            "learner 1 exited with code 1",
         ),
+        (S.RUNNING, obs("LOST", "RUNNING"), [2], S.FAILED, (Action.FINALIZE,), "lost"),
+        (S.RUNNING, obs("HALTED", "COMPLETED"), [2], S.FAILED, (Action.FINALIZE,), "halted"),
         (S.RUNNING, obs("HALTED", "RUNNING"), [1, 2], S.FAILED, (Action.FINALIZE,), "halted"),
     ],
 )

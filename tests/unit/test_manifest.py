@@ -1,13 +1,21 @@
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+import yaml
 
 from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.domain.manifest import Manifest, check_rules, load_manifest, parse_manifest_text
 from service.errors import BadRequest, ValidationFailed
 from tests.manifest_cases import ACCEPTED, REJECTED, Case, base, seed
+
+# 9^9 nodes once its aliases are expanded, in a few hundred bytes.
+BILLION_LAUGHS = "\n".join(
+    ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+)
 
 
 @pytest.mark.parametrize("case", REJECTED, ids=lambda c: c.id)
@@ -56,7 +64,15 @@ def test_parameter_servers_apply_to_distributed_tensorflow_only() -> None:
         ("- just\n- a list\n", "must be a YAML or JSON mapping"),
         ("plain words", "must be a YAML or JSON mapping"),
         (b"\xff\xfe\x00", "not UTF-8"),
-        ("a: &x [1]\nb: *x\n", "aliases are not allowed"),
+        # an alias bomb ("billion laughs"): 9^9 nodes once expanded, refused unexpanded
+        (BILLION_LAUGHS, "expands to more than 10000 YAML nodes"),
+        ("a: &x [1, 2]\nb: [" + ", ".join(["*x"] * 5000) + "]\n", "more than 10000"),
+        ("x: " + "[" * 65 + "]" * 65, "nests deeper than 64 levels"),
+        ("x: " + "[" * 20_000 + "]" * 20_000, "nests deeper than 64 levels"),
+        ('{"x": ' + "[" * 30_000 + "]" * 30_000 + "}", "nests deeper than 64 levels"),
+        # depth reached only through aliases
+        ("a: &x " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 30 + "*x" + "]" * 30, "expanded"),
+        ("a: &x [1, *x]\n", "refers to a node containing it"),
         ("x: " + "y" * 70_000, "larger than"),
     ],
 )
@@ -66,6 +82,35 @@ def test_unreadable_manifest_names_the_manifest_field(text: str | bytes, words: 
     assert info.value.status == 400
     assert info.value.errors[0].field == "manifest"
     assert words in info.value.detail
+
+
+def test_an_alias_bomb_is_refused_without_being_expanded() -> None:
+    started = time.monotonic()
+    with pytest.raises(BadRequest):
+        parse_manifest_text(BILLION_LAUGHS)
+    assert time.monotonic() - started < 1.0
+
+
+def test_anchors_and_aliases_are_accepted() -> None:
+    # As PyYAML writes one dict used twice: `&id001` / `*id001`.
+    connection = {"endpoint_url": "http://s3", "access_key_id": "a", "secret_access_key": "b"}
+    text = yaml.safe_dump(
+        {
+            "name": "x",
+            "training_data_reference": {"connection": connection},
+            "training_results_reference": {"connection": connection},
+        }
+    )
+    assert "&id001" in text and "*id001" in text
+    data = parse_manifest_text(text)
+    data_conn = data["training_data_reference"]["connection"]
+    results_conn = data["training_results_reference"]["connection"]
+    assert data_conn == results_conn == connection
+    assert data_conn is not results_conn  # each place its own object
+    # Merge keys too, and a document right at the limits.
+    merged = parse_manifest_text("base: &b {a: 1}\nderived: {<<: *b, c: 2}\n")
+    assert merged["derived"] == {"a": 1, "c": 2}
+    parse_manifest_text("x: " + "[" * 63 + "]" * 63)
 
 
 def test_json_and_yaml_give_the_same_manifest() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from service.db.models import Learner, Training
 from service.domain.lifecycle import LearnerObservation
-from service.trainings import record_learner_states
+from service.domain.states import TrainingState
+from service.trainings import (
+    NOT_STARTED_AT_END,
+    STOPPED_AT_END,
+    record_learner_states,
+    record_stopped_learners,
+    record_transition,
+)
 
 
 def _training(*learner_ids: int) -> Training:
@@ -33,3 +40,37 @@ def test_observations_of_unknown_learners_are_ignored() -> None:
     training = _training(1)
     record_learner_states(training, [LearnerObservation(7, "RUNNING")])
     assert _state(training) == [(1, "RUNNING", None, None)]
+
+
+def test_a_terminal_transition_leaves_no_learner_in_a_non_terminal_phase() -> None:
+    training = _training(1, 2, 3)
+    training.learners[1].status = "COMPLETED"
+    training.learners[2].status = "PENDING"
+    record_transition(training, TrainingState.COMPLETED)
+    assert _state(training) == [
+        (1, "HALTED", None, STOPPED_AT_END),
+        (2, "COMPLETED", None, None),
+        (3, "HALTED", None, NOT_STARTED_AT_END),
+    ]
+
+
+def test_the_stopped_learners_get_the_exit_code_they_reported() -> None:
+    training = _training(1, 2, 3)
+    training.learners[1].status = "COMPLETED"
+    training.learners[1].exit_code = 0
+    record_transition(training, TrainingState.FAILED, "learner 2 exited with code 3")
+    record_stopped_learners(
+        training,
+        [
+            LearnerObservation(1, "HALTED", exit_code=-15, message="learner 1 was stopped"),
+            # it ended on its own before the training did: its record stays as it was
+            LearnerObservation(2, "HALTED", exit_code=-15),
+            # killed without a word: HALTED, no exit code
+            LearnerObservation(3, "LOST", message="learner 3 stopped reporting (lost)"),
+        ],
+    )
+    assert _state(training) == [
+        (1, "HALTED", -15, STOPPED_AT_END),
+        (2, "COMPLETED", 0, None),
+        (3, "HALTED", None, STOPPED_AT_END),
+    ]
