@@ -635,6 +635,7 @@ def usage(ctx: typer.Context, json_: JsonFlag = False) -> None:
         ("queued trainings", found.queued_trainings),
         ("active trainings", found.active_trainings),
         ("deployments", found.deployments),
+        ("stored bytes", found.stored_bytes),
     ):
         style = "red" if use.used >= use.limit else ""
         table.add_row(label, f"[{style}]{use.used}[/]" if style else str(use.used), str(use.limit))

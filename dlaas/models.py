@@ -193,6 +193,7 @@ class Usage:
     queued_trainings: Use
     active_trainings: Use
     deployments: Use
+    stored_bytes: Use
     default_max_runtime: int
     max_max_runtime: int
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -206,6 +207,7 @@ class Usage:
             queued_trainings=Use.from_json(data["queued_trainings"]),
             active_trainings=Use.from_json(data["active_trainings"]),
             deployments=Use.from_json(data["deployments"]),
+            stored_bytes=Use.from_json(data["stored_bytes"]),
             default_max_runtime=int(runtime["default"]),
             max_max_runtime=int(runtime["maximum"]),
             raw=data,

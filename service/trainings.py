@@ -81,6 +81,7 @@ def create_training(
         nodes=manifest.nodes,
         manifest=document,
         model_definition_key=key,
+        code_bytes=archive.stat().st_size,
         created_at=now,
         updated_at=now,
     )
@@ -114,7 +115,8 @@ def submission(
 
     Validates the manifest (the catalog, the tenant's plan, the data-store endpoints;
     ValidationFailed or BadRequest), refuses it if the tenant has as many trainings queued
-    as the plan allows (LimitExceeded), gives it the plan's default max_runtime if it names
+    as the plan allows or the code archive would take its stored bytes over the plan's
+    (LimitExceeded), gives it the plan's default max_runtime if it names
     none, spools the code archive into the platform's upload
     directory and inspects it (ValidationFailed naming `model_definition` if it is unsafe),
     stores it and inserts the training QUEUED (`create_training`; ServiceUnavailable if
@@ -144,6 +146,10 @@ def submission(
             summary = inspect_archive(spooled, platform.archive_limits)
         except UnsafeArchiveError as e:
             raise ValidationFailed([FieldError("model_definition", str(e))]) from e
+        stored = repository.tenant_stored_bytes(session, tenant.id)
+        adding = spooled.stat().st_size
+        if reached := quotas.check_stored_bytes(tenant.plan, plan, stored, adding):
+            raise LimitExceeded(reached.limit, reached.message)
         try:
             training = create_training(
                 session,

@@ -32,6 +32,10 @@ class UsageOut(BaseModel):
         description="Trainings past QUEUED and not ended; more wait in the queue."
     )
     deployments: Use = Field(description="Deployments kept, any status; more are refused (429).")
+    stored_bytes: Use = Field(
+        description="Code archives and results of the tenant's trainings; a submission "
+        "that would go over is refused (429)."
+    )
     max_runtime: RuntimeLimits
 
 
@@ -55,6 +59,9 @@ def get_usage(tenant: CurrentTenant, platform: PlatformDep, session: SessionDep)
         deployments=Use(
             used=repository.tenant_deployment_count(session, tenant.id),
             limit=plan.max_deployments,
+        ),
+        stored_bytes=Use(
+            used=repository.tenant_stored_bytes(session, tenant.id), limit=plan.max_stored_bytes
         ),
         max_runtime=RuntimeLimits(default=plan.default_max_runtime, maximum=plan.max_max_runtime),
     )

@@ -51,6 +51,28 @@ def check_deployments(plan_name: str, plan: PlanSpec, deployments: int) -> Limit
     )
 
 
+def check_stored_bytes(
+    plan_name: str, plan: PlanSpec, stored: int, adding: int
+) -> LimitReached | None:
+    """`adding` more bytes (a code archive), with `stored` already kept."""
+    if stored + adding <= plan.max_stored_bytes:
+        return None
+    return LimitReached(
+        "max_stored_bytes",
+        plan.max_stored_bytes,
+        stored,
+        f"the {plan_name} plan allows {plan.max_stored_bytes} bytes stored; you have {stored} "
+        f"and this adds {adding}. Delete trainings you no longer need",
+    )
+
+
+def learner_log_cap(plan: PlanSpec, nodes: int) -> int:
+    """The log bytes each learner of a training of `nodes` learners may write: an equal
+    share of the plan's max_log_bytes_per_training (each learner's wrapper counts its own,
+    so the training's total stays within the plan's)."""
+    return max(1, plan.max_log_bytes_per_training // max(1, nodes))
+
+
 def max_runtime_errors(plan_name: str, plan: PlanSpec, max_runtime: int | None) -> list[FieldError]:
     """A max_runtime the manifest names is at most the plan's maximum."""
     if max_runtime is None or max_runtime <= plan.max_max_runtime:

@@ -4,12 +4,21 @@ plan's default and is refused above its maximum; GET /v1/usage shows the use."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
+import pytest
 from fastapi.testclient import TestClient
 
-from service.db.models import Deployment, utcnow
+from service.db.models import Deployment, Training, utcnow
 from service.domain.catalog import DEFAULT_CATALOG
+from service.domain.states import TrainingState
 from service.platform import Platform
-from tests.conftest import create_tenant, manifest_yaml, submit
+from service.storage import keys
+from service.trainings import record_transition
+from tests.conftest import CODE_ZIP, create_tenant, manifest_yaml, submit
+from worker import execution
+from worker.backends.base import Backend, StartRequest
 
 LITE = DEFAULT_CATALOG.plans["lite"]
 STANDARD = DEFAULT_CATALOG.plans["standard"]
@@ -109,6 +118,7 @@ def test_usage_shows_the_use_against_the_plan(client: TestClient, platform: Plat
         "queued_trainings": {"used": 0, "limit": LITE.max_queued_trainings},
         "active_trainings": {"used": 0, "limit": LITE.max_concurrent_trainings},
         "deployments": {"used": 0, "limit": LITE.max_deployments},
+        "stored_bytes": {"used": 0, "limit": LITE.max_stored_bytes},
         "max_runtime": {"default": LITE.default_max_runtime, "maximum": LITE.max_max_runtime},
     }
     submit(client, lite)
@@ -117,6 +127,7 @@ def test_usage_shows_the_use_against_the_plan(client: TestClient, platform: Plat
     body = client.get("/v1/usage", headers=lite).json()
     assert body["queued_trainings"]["used"] == 2
     assert body["deployments"]["used"] == 1
+    assert body["stored_bytes"]["used"] == 2 * len(CODE_ZIP)
     # Another tenant's use is not counted.
     other = create_tenant(client, "other", "standard")
     body = client.get("/v1/usage", headers=other).json()
@@ -126,3 +137,75 @@ def test_usage_shows_the_use_against_the_plan(client: TestClient, platform: Plat
         0,
     )
     assert client.get("/v1/usage").status_code == 401
+
+
+# -- stored bytes --------------------------------------------------------------------------
+
+
+class _NoBackend:
+    def cleanup(self, training_id: str) -> None:
+        pass
+
+
+def test_stored_bytes_count_code_and_results_and_bound_submissions(
+    client: TestClient, platform: Platform, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    lite = create_tenant(client, "small", "lite")
+    limit = 3 * len(CODE_ZIP) + 100
+    plans = dict(platform.catalog.plans)
+    plans["lite"] = plans["lite"].model_copy(update={"max_stored_bytes": limit})
+    monkeypatch.setattr(platform, "catalog", platform.catalog.model_copy(update={"plans": plans}))
+
+    first = submit(client, lite).json()["id"]
+    # The training ends with 100 bytes of results: the worker records them.
+    results = tmp_path / "out.bin"
+    results.write_bytes(b"x" * 100)
+    platform.store.put_file(keys.result_key(first, "out.bin"), results)
+    platform.store.put_file(keys.learner_log_key(keys.results_prefix(first), 1), results)
+    execution.finalize(platform, cast(Backend, _NoBackend()), first)
+    usage = client.get("/v1/usage", headers=lite).json()["stored_bytes"]
+    assert usage == {"used": len(CODE_ZIP) + 200, "limit": limit}
+
+    assert submit(client, lite).status_code == 201  # 2 archives + 200 bytes: under
+    r = submit(client, lite)  # a third archive would go over
+    assert r.status_code == 429, r.text
+    used = 2 * len(CODE_ZIP) + 200
+    assert r.json()["errors"][0]["field"] == "max_stored_bytes"
+    assert (
+        f"the lite plan allows {limit} bytes stored; you have {used} and this adds {len(CODE_ZIP)}"
+        in r.json()["detail"]
+    )
+    assert len(client.get("/v1/trainings", headers=lite).json()["items"]) == 2  # nothing kept
+    # Deleting a training frees its bytes.
+    assert client.delete(f"/v1/trainings/{first}", headers=lite).status_code == 204
+    assert submit(client, lite).status_code == 201
+
+
+class _RecordingBackend:
+    def __init__(self) -> None:
+        self.requests: list[StartRequest] = []
+
+    def unsandboxed_reason(self) -> str | None:
+        return None
+
+    def start(self, request: StartRequest) -> None:
+        self.requests.append(request)
+
+    def cleanup(self, training_id: str) -> None:
+        pass
+
+
+def test_the_learners_get_their_share_of_the_plans_log_bytes(
+    client: TestClient, platform: Platform
+) -> None:
+    lite = create_tenant(client, "small", "lite")
+    training_id = submit(client, lite).json()["id"]
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        assert training is not None
+        record_transition(training, TrainingState.PENDING)
+        session.commit()
+    backend = _RecordingBackend()
+    execution.launch(platform, cast(Backend, backend), training_id)
+    [request] = backend.requests
+    assert request.max_log_bytes == LITE.max_log_bytes_per_training  # one learner: all of it

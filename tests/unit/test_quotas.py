@@ -72,7 +72,13 @@ def test_max_runtime(requested: int | None, effective: int, errors: int) -> None
 
 
 def test_lite_is_smaller_than_standard() -> None:
-    for limit in ("max_queued_trainings", "max_deployments", "max_max_runtime"):
+    for limit in (
+        "max_queued_trainings",
+        "max_deployments",
+        "max_stored_bytes",
+        "max_log_bytes_per_training",
+        "max_max_runtime",
+    ):
         assert getattr(LITE, limit) < getattr(STANDARD, limit), limit
 
 
@@ -99,3 +105,42 @@ def test_a_default_runtime_above_the_maximum_is_refused() -> None:
     plan = LITE.model_dump() | {"default_max_runtime": 100, "max_max_runtime": 50}
     with pytest.raises(ValueError, match="default_max_runtime"):
         Catalog.model_validate({**DEFAULT_CATALOG.model_dump(), "plans": {"p": plan}})
+
+
+@pytest.mark.parametrize(
+    ("stored", "adding", "refused"),
+    [
+        (0, 0, False),
+        (0, LITE.max_stored_bytes, False),
+        (1, LITE.max_stored_bytes, True),
+        (LITE.max_stored_bytes - 10, 10, False),
+        (LITE.max_stored_bytes - 10, 11, True),
+        (LITE.max_stored_bytes + 5, 0, True),  # the limit was lowered
+    ],
+)
+def test_stored_bytes(stored: int, adding: int, refused: bool) -> None:
+    reached = quotas.check_stored_bytes("lite", LITE, stored, adding)
+    assert (reached is not None) is refused
+    if reached is not None:
+        assert (reached.limit, reached.allowed, reached.used) == (
+            "max_stored_bytes",
+            LITE.max_stored_bytes,
+            stored,
+        )
+        assert (
+            f"the lite plan allows {LITE.max_stored_bytes} bytes stored; you have {stored} "
+            f"and this adds {adding}" in reached.message
+        )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "share"),
+    [
+        (1, LITE.max_log_bytes_per_training),
+        (2, LITE.max_log_bytes_per_training // 2),
+        (3, LITE.max_log_bytes_per_training // 3),
+    ],
+)
+def test_each_learner_gets_an_equal_share_of_the_log_bytes(nodes: int, share: int) -> None:
+    assert quotas.learner_log_cap(LITE, nodes) == share
+    assert quotas.learner_log_cap(LITE, nodes) * nodes <= LITE.max_log_bytes_per_training
