@@ -39,6 +39,8 @@ from dlaas.models import (
     ResultFile,
     Tenant,
     Training,
+    Usage,
+    Use,
 )
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "Tenant",
     "Training",
     "Unauthorized",
+    "Usage",
+    "Use",
     "ValidationError",
     "WaitTimeout",
     "__version__",

@@ -631,6 +631,32 @@ def deployments_delete(
         out.print(f"Deleted deployment {escape(deployment_id)}")
 
 
+@app.command()
+def usage(ctx: typer.Context, json_: JsonFlag = False) -> None:
+    """Your use against your plan's limits."""
+    _session(ctx).json = json_
+    with _client(ctx) as client:
+        found = client.usage()
+    if json_:
+        _emit(found.raw)
+        return
+    out.print(f"Plan: [bold]{escape(found.plan)}[/]")
+    table = Table(box=None, header_style="bold")
+    for column in ("LIMIT", "USED", "ALLOWED"):
+        table.add_column(column)
+    for label, use in (
+        ("queued trainings", found.queued_trainings),
+        ("active trainings", found.active_trainings),
+        ("deployments", found.deployments),
+        ("stored bytes", found.stored_bytes),
+    ):
+        style = "red" if use.used >= use.limit else ""
+        table.add_row(label, f"[{style}]{use.used}[/]" if style else str(use.used), str(use.limit))
+    table.add_row("max_runtime default (s)", "", str(found.default_max_runtime))
+    table.add_row("max_runtime maximum (s)", "", str(found.max_max_runtime))
+    out.print(table)
+
+
 # -- tenants (admin) -----------------------------------------------------------------------
 
 AdminKey = Annotated[

@@ -45,7 +45,15 @@ from dlaas.errors import (
     WaitTimeout,
     error_from_response,
 )
-from dlaas.models import ApiKey, Deployment, MetricPoint, ResultFile, Tenant, Training
+from dlaas.models import (
+    ApiKey,
+    Deployment,
+    MetricPoint,
+    ResultFile,
+    Tenant,
+    Training,
+    Usage,
+)
 
 ProgressCallback = Callable[[int, int | None], None]
 # The header of a log page that says where the next one starts.
@@ -125,6 +133,11 @@ class Client(_ClosedOnExit):
             return self._http.get("/healthz", timeout=5.0).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def usage(self) -> Usage:
+        """Your use against your plan's limits: `GET /v1/usage` (queued and active
+        trainings, deployments, the max_runtime default and maximum)."""
+        return Usage.from_json(self._json("GET", "/v1/usage"))
 
     # -- plumbing ------------------------------------------------------------------------
 

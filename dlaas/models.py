@@ -86,6 +86,7 @@ class Training:
     description: str | None = None
     stop_requested: bool = False
     delete_requested: bool = False
+    max_runtime: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -124,6 +125,7 @@ class Training:
             completed_at=_time(data.get("completed_at")),
             stop_requested=bool(data.get("stop_requested", False)),
             delete_requested=bool(data.get("delete_requested", False)),
+            max_runtime=None if data.get("max_runtime") is None else int(data["max_runtime"]),
             raw=data,
         )
 
@@ -164,6 +166,50 @@ class ResultFile:
             path=str(data["path"]),
             size=None if size is None else int(size),
             last_modified=_time(data.get("last_modified")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Use:
+    """How much of one limit of the plan is used."""
+
+    used: int
+    limit: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Use:
+        return cls(used=int(data["used"]), limit=int(data["limit"]))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The tenant's use against its plan (`GET /v1/usage`). `default_max_runtime` is what
+    a training naming no max_runtime gets, `max_max_runtime` the most one may name
+    (seconds)."""
+
+    tenant_id: str
+    plan: str
+    queued_trainings: Use
+    active_trainings: Use
+    deployments: Use
+    stored_bytes: Use
+    default_max_runtime: int
+    max_max_runtime: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        runtime = data["max_runtime"]
+        return cls(
+            tenant_id=str(data["tenant_id"]),
+            plan=str(data["plan"]),
+            queued_trainings=Use.from_json(data["queued_trainings"]),
+            active_trainings=Use.from_json(data["active_trainings"]),
+            deployments=Use.from_json(data["deployments"]),
+            stored_bytes=Use.from_json(data["stored_bytes"]),
+            default_max_runtime=int(runtime["default"]),
+            max_max_runtime=int(runtime["maximum"]),
             raw=data,
         )
 

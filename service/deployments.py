@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Deployment, Training, utcnow
+from service.domain import quotas
 from service.domain.catalog import Catalog
 from service.domain.deployments import DeploymentState, ScoringTarget, check_deployable
 from service.domain.signature import signatures_from_json
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, LimitExceeded, NotFound
 from service.storage import keys
 from service.storage.base import ObjectStore
 
@@ -28,7 +29,13 @@ def create_deployment(
     training: Training,
     name: str | None,
 ) -> Deployment:
-    """Insert the deployment DEPLOYING; a scoring service copies and loads the model."""
+    """Insert the deployment DEPLOYING; a scoring service copies and loads the model.
+    LimitExceeded if the tenant keeps as many deployments as the plan allows."""
+    plan = catalog.plans.get(tenant.plan)
+    if plan is not None:
+        kept = repository.tenant_deployment_count(session, tenant.id)
+        if reached := quotas.check_deployments(tenant.plan, plan, kept):
+            raise LimitExceeded(reached.limit, reached.message)
     has_model = store.stat(keys.saved_model_key(training.id)) is not None
     check_deployable(
         training.id,

@@ -87,6 +87,19 @@ class TooManyRequests(DlaasError):
         self.headers["Retry-After"] = str(retry_after)
 
 
+class LimitExceeded(DlaasError):
+    """A limit of the tenant's plan is reached: the problem names the limit (`errors[0]
+    .field`), what the plan allows and what the tenant uses now. No Retry-After: the
+    request succeeds once the tenant uses less, not after a time."""
+
+    status = 429
+    title = "Plan limit reached"
+    slug = "plan-limit-reached"
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(detail, errors=[FieldError(limit, detail)])
+
+
 class ServiceUnavailable(DlaasError):
     status = 503
     title = "Service unavailable"

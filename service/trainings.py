@@ -19,11 +19,19 @@ from typing import TYPE_CHECKING, BinaryIO
 from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
+from service.db import repository
 from service.db.models import Learner, StatusEvent, Training, utcnow
+from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
 from service.domain.states import TrainingState, check_transition
-from service.errors import Conflict, FieldError, ServiceUnavailable, ValidationFailed
+from service.errors import (
+    Conflict,
+    FieldError,
+    LimitExceeded,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from service.logs.base import LogStore
 from service.secrets import SecretBox, seal_manifest
 from service.storage import keys
@@ -73,6 +81,7 @@ def create_training(
         nodes=manifest.nodes,
         manifest=document,
         model_definition_key=key,
+        code_bytes=archive.stat().st_size,
         created_at=now,
         updated_at=now,
     )
@@ -105,7 +114,10 @@ def submission(
             session.commit()
 
     Validates the manifest (the catalog, the tenant's plan, the data-store endpoints;
-    ValidationFailed or BadRequest), spools the code archive into the platform's upload
+    ValidationFailed or BadRequest), refuses it if the tenant has as many trainings queued
+    as the plan allows or the code archive would take its stored bytes over the plan's
+    (LimitExceeded), gives it the plan's default max_runtime if it names
+    none, spools the code archive into the platform's upload
     directory and inspects it (ValidationFailed naming `model_definition` if it is unsafe),
     stores it and inserts the training QUEUED (`create_training`; ServiceUnavailable if
     the object store is unavailable), then yields the training, flushed, not committed.
@@ -117,6 +129,13 @@ def submission(
     upload is gone and the monitor is woken to admit the training.
     """
     parsed = load_manifest(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
+    queued = repository.tenant_training_count(session, tenant.id, TrainingState.QUEUED)
+    if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
+        raise LimitExceeded(reached.limit, reached.message)
+    parsed = parsed.model_copy(
+        update={"max_runtime": quotas.effective_max_runtime(plan, parsed.max_runtime)}
+    )
     if refused := check_references(parsed, platform.endpoint_policy):
         raise ValidationFailed(refused)
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
@@ -127,6 +146,10 @@ def submission(
             summary = inspect_archive(spooled, platform.archive_limits)
         except UnsafeArchiveError as e:
             raise ValidationFailed([FieldError("model_definition", str(e))]) from e
+        stored = repository.tenant_stored_bytes(session, tenant.id)
+        adding = spooled.stat().st_size
+        if reached := quotas.check_stored_bytes(tenant.plan, plan, stored, adding):
+            raise LimitExceeded(reached.limit, reached.message)
         try:
             training = create_training(
                 session,

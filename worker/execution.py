@@ -14,6 +14,7 @@ from typing import Any
 
 from service.db import repository
 from service.db.models import Training
+from service.domain import quotas
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
 from service.domain.reports import Report, check_report
@@ -126,6 +127,10 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             )
             session.commit()
             return
+        plan_name = repository.plans_of_tenants(session, [training.tenant_id]).get(
+            training.tenant_id
+        )
+        plan = platform.catalog.plans.get(plan_name) if plan_name else None
         request = StartRequest(
             spec=training_spec(training, platform),
             model_definition_key=training.model_definition_key,
@@ -134,6 +139,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             results_prefix=keys.results_prefix(training_id),
             training_data=training_data,
             results_target=results_target,
+            max_log_bytes=quotas.learner_log_cap(plan, training.nodes) if plan else None,
         )
     try:
         backend.start(request)
@@ -193,6 +199,18 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
             session.commit()
         learners = [lr.learner_id for lr in training.learners]
     archive_logs(platform, training_id, learners)
+    record_results_bytes(platform, training_id)
+
+
+def record_results_bytes(platform: Platform, training_id: str) -> None:
+    """Record the bytes of the training's stored results (what the plan's
+    max_stored_bytes counts, with its code archive)."""
+    size = sum(o.size for o in platform.store.list(keys.results_prefix(training_id)))
+    with platform.sessions() as session:
+        training = repository.training_by_id(session, training_id)
+        if training is not None:
+            training.results_bytes = size
+            session.commit()
 
 
 def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> None:

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api import deployments, logs, results, tenants, trainings
+from service.api import deployments, logs, results, tenants, trainings, usage
 from service.api.deps import LoopReads
 from service.http import health
 from service.http.app import install_common, operation_id
@@ -55,4 +55,5 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     app.include_router(logs.router)
     app.include_router(results.router)
     app.include_router(deployments.router)
+    app.include_router(usage.router)
     return app

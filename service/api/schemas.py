@@ -99,6 +99,9 @@ class TrainingOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    max_runtime: int | None = Field(
+        default=None, description="Seconds (the manifest's, or the plan's default)."
+    )
     stop_requested: bool
     delete_requested: bool
     training_data_reference: dict[str, Any] | None = Field(
@@ -128,6 +131,7 @@ class TrainingOut(BaseModel):
             created_at=t.created_at,
             started_at=t.started_at,
             completed_at=t.completed_at,
+            max_runtime=t.manifest.get("max_runtime"),
             stop_requested=t.stop_requested_at is not None,
             delete_requested=t.delete_requested_at is not None,
             training_data_reference=masked_reference(t.manifest.get("training_data_reference")),

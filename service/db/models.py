@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -93,6 +103,10 @@ class Training(Base):
     nodes: Mapped[int] = mapped_column(Integer)
     manifest: Mapped[dict[str, Any]] = mapped_column()
     model_definition_key: Mapped[str] = mapped_column(String(512))
+    # Bytes stored for it, what the plan's max_stored_bytes counts: the code archive (at
+    # submission) and the results (at the end, learners' logs included).
+    code_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    results_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Intent written by the API, acted on by the worker/monitor (data flows one way).
     stop_requested_at: Mapped[datetime | None] = mapped_column(default=None)
     delete_requested_at: Mapped[datetime | None] = mapped_column(default=None)

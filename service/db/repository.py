@@ -322,6 +322,28 @@ def list_training_views(
     return views, next_cursor
 
 
+def tenant_training_count(session: Session, tenant_id: str, *statuses: str) -> int:
+    """How many of the tenant's trainings are in one of `statuses`."""
+    stmt = select(func.count()).where(
+        Training.tenant_id == tenant_id, Training.status.in_(statuses)
+    )
+    return int(session.scalar(stmt) or 0)
+
+
+def tenant_stored_bytes(session: Session, tenant_id: str) -> int:
+    """The bytes stored for the tenant's trainings: code archives and results."""
+    stmt = select(func.coalesce(func.sum(Training.code_bytes + Training.results_bytes), 0)).where(
+        Training.tenant_id == tenant_id
+    )
+    return int(session.scalar(stmt) or 0)
+
+
+def tenant_deployment_count(session: Session, tenant_id: str) -> int:
+    """How many deployments the tenant keeps (whatever their status)."""
+    stmt = select(func.count()).where(Deployment.tenant_id == tenant_id)
+    return int(session.scalar(stmt) or 0)
+
+
 def get_deployment(session: Session, tenant_id: str, deployment_id: str) -> Deployment | None:
     stmt = select(Deployment).where(
         Deployment.id == deployment_id, Deployment.tenant_id == tenant_id

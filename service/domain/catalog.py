@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Frozen(BaseModel):
@@ -46,6 +46,23 @@ class PlanSpec(_Frozen):
     max_nodes: int = Field(ge=1)
     max_concurrent_trainings: int = Field(ge=1)
     predictions_per_minute: int = Field(ge=1)
+    # Bounded use (service.domain.quotas): trainings waiting in the queue, deployments
+    # kept, and the max_runtime a manifest gets when it names none and may name at most.
+    max_queued_trainings: int = Field(default=20, ge=1)
+    max_deployments: int = Field(default=10, ge=1)
+    # Code archives and results of the tenant's trainings, in bytes.
+    max_stored_bytes: int = Field(default=50 * 2**30, ge=1)
+    # Log bytes a training keeps (live log and training-log.txt), shared equally by its
+    # learners; the rest is dropped after a marker line.
+    max_log_bytes_per_training: int = Field(default=256 * 2**20, ge=1)
+    default_max_runtime: int = Field(default=24 * 3600, ge=1)
+    max_max_runtime: int = Field(default=7 * 24 * 3600, ge=1)
+
+    @model_validator(mode="after")
+    def _default_within_maximum(self) -> PlanSpec:
+        if self.default_max_runtime > self.max_max_runtime:
+            raise ValueError("default_max_runtime must not exceed max_max_runtime")
+        return self
 
 
 class Catalog(_Frozen):
@@ -102,7 +119,16 @@ DEFAULT_CATALOG = Catalog(
     },
     plans={
         "lite": PlanSpec(
-            distributed=False, max_nodes=1, max_concurrent_trainings=1, predictions_per_minute=500
+            distributed=False,
+            max_nodes=1,
+            max_concurrent_trainings=1,
+            predictions_per_minute=500,
+            max_queued_trainings=5,
+            max_deployments=2,
+            max_stored_bytes=5 * 2**30,
+            max_log_bytes_per_training=16 * 2**20,
+            default_max_runtime=3600,
+            max_max_runtime=6 * 3600,
         ),
         "standard": PlanSpec(
             distributed=True,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from service.domain.catalog import Catalog, FrameworkSpec
 from service.domain.metrics import metric_pattern
+from service.domain.quotas import max_runtime_errors
 from service.errors import BadRequest, FieldError, ValidationFailed
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -106,7 +107,10 @@ class Manifest(_Strict):
     training_results_reference: TrainingResultsReference | None = None
     evaluation_metrics: list[EvaluationMetric] = Field(default_factory=list, max_length=32)
     max_runtime: int | None = Field(
-        default=None, gt=0, description="Seconds; a training running longer is FAILED."
+        default=None,
+        gt=0,
+        description="Seconds; a training running longer is FAILED. Not given: the plan's "
+        "default; at most the plan's maximum.",
     )
 
     @property
@@ -330,6 +334,7 @@ def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[Fi
         *_parameter_server_errors(manifest.framework, framework, manifest.nodes),
         *_metric_errors(manifest.evaluation_metrics),
         *_plan_errors(manifest.nodes, distributed, catalog, plan_name),
+        *_runtime_errors(manifest.max_runtime, catalog, plan_name),
     ]
 
 
@@ -417,6 +422,11 @@ def _metric_errors(metrics: list[EvaluationMetric]) -> Iterator[FieldError]:
                 f"/evaluation_metrics/{i}/regex",
                 f"must have exactly one capturing group (the value); it has {groups}",
             )
+
+
+def _runtime_errors(max_runtime: int | None, catalog: Catalog, plan_name: str) -> list[FieldError]:
+    plan = catalog.plans.get(plan_name)
+    return [] if plan is None else max_runtime_errors(plan_name, plan, max_runtime)
 
 
 def _plan_errors(

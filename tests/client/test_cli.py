@@ -12,6 +12,7 @@ import pytest
 from dlaas import cli
 from dlaas.cli import app
 from dlaas.client import Client
+from service.domain.catalog import DEFAULT_CATALOG
 from tests.client.conftest import SyncASGITransport
 from tests.conftest import ADMIN_KEY
 
@@ -138,3 +139,21 @@ def test_a_tenant_manages_its_own_keys_with_its_own_key(
 )
 def test_show_names_the_signal_that_ended_a_learner(code: int | None, shown: str) -> None:
     assert cli._exit_code(code) == shown
+
+
+@pytest.mark.usefixtures("against_app")
+def test_usage_prints_the_use_against_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    tenant = new_tenant(capsys, "small")
+    key = ("--api-key", tenant["api_key"])
+    code, out, _ = run(capsys, *key, "usage", "--json")
+    assert code == 0
+    usage = json.loads(out)
+    lite = DEFAULT_CATALOG.plans["lite"]
+    assert usage["plan"] == "lite"
+    assert usage["queued_trainings"] == {"used": 0, "limit": lite.max_queued_trainings}
+    code, out, _ = run(capsys, *key, "usage")
+    assert code == 0 and "Plan: lite" in out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert f"queued trainings 0 {lite.max_queued_trainings}" in lines
+    assert f"deployments 0 {lite.max_deployments}" in lines
+    assert f"max_runtime maximum (s) {lite.max_max_runtime}" in lines

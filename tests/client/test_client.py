@@ -28,12 +28,14 @@ from dlaas import (
     RateLimited,
     ServerError,
     Unauthorized,
+    Use,
     ValidationError,
     WaitTimeout,
 )
 from dlaas.config import ClientConfig, config_path, load_config, write_config
 from dlaas.errors import ApiError, BadRequest, DlaasError, error_from_response
 from service.db.models import Training as TrainingRow
+from service.domain.catalog import DEFAULT_CATALOG
 from service.domain.states import TrainingState
 from service.logs.base import LogRecord
 from service.platform import Platform
@@ -607,3 +609,29 @@ def test_deployment_errors(
         other_training = completed_training_with_model(other, platform, tmp_path / "o")
         pending = other.deployments.create(other_training)
         other.deployments.wait(pending.id, timeout=0)
+
+
+def test_usage_and_a_plan_limit_through_the_client(
+    admin: Client, make_client: ClientFactory
+) -> None:
+    tenant = admin.tenants.create("small", "lite")
+    assert tenant.api_key
+    small = make_client(tenant.api_key)
+    lite = DEFAULT_CATALOG.plans["lite"]
+    usage = small.usage()
+    assert (usage.tenant_id, usage.plan) == (tenant.id, "lite")
+    assert usage.queued_trainings == Use(0, lite.max_queued_trainings)
+    assert usage.deployments == Use(0, lite.max_deployments)
+    assert (usage.default_max_runtime, usage.max_max_runtime) == (
+        lite.default_max_runtime,
+        lite.max_max_runtime,
+    )
+    first = small.trainings.create(manifest(name="t0"), ENV_CODE)
+    assert first.max_runtime == lite.default_max_runtime
+    for i in range(1, lite.max_queued_trainings):
+        small.trainings.create(manifest(name=f"t{i}"), ENV_CODE)
+    with pytest.raises(RateLimited) as refused:
+        small.trainings.create(manifest(name="one-too-many"), ENV_CODE)
+    assert refused.value.errors[0].field == "max_queued_trainings"
+    assert f"allows {lite.max_queued_trainings} queued trainings" in refused.value.detail
+    assert small.usage().queued_trainings.used == lite.max_queued_trainings

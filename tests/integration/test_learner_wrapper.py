@@ -551,3 +551,21 @@ def test_the_command_runs_behind_the_hosts_sandbox(tmp_path: Path) -> None:
         f"{writable[0]} visible",
     ]
     assert learner.status["phase"] == "COMPLETED"
+
+
+def test_the_log_stops_at_its_cap_with_one_marker_line(tmp_path: Path) -> None:
+    # 1000 lines of 10 bytes (newline included); 100 bytes allowed: the first 10 are kept.
+    script = "for i in range(1000): print('line %04d' % i, flush=i % 7 == 0)"
+    learner = Learner(tmp_path, ["-c", script], max_log_bytes=100)
+    assert learner.run() == 0, learner.stderr
+    marker = "[dlaas] log truncated: the plan allows 100 bytes of log per training learner"
+    expected = [f"line {i:04d}" for i in range(10)] + [marker]
+    assert [r.line for r in learner.records()] == expected
+    assert learner.uploaded_log_lines() == expected
+    assert learner.status["exit_code"] == 0
+
+
+def test_without_a_cap_the_log_is_whole(tmp_path: Path) -> None:
+    learner = Learner(tmp_path, ["-c", "for i in range(1000): print('line %04d' % i)"])
+    assert learner.run() == 0, learner.stderr
+    assert [r.line for r in learner.records()] == [f"line {i:04d}" for i in range(1000)]

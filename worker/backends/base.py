@@ -30,6 +30,8 @@ class StartRequest:
     # credentials in clear: backends hand them to learners privately, never in argv or env.
     training_data: BucketLocation | None = None
     results_target: BucketLocation | None = None
+    # Log bytes each learner may write (its share of the plan's); None: unbounded.
+    max_log_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,7 @@ class LocalBackend:
                 results_target=request.results_target,
                 waits_for_peers=lp.waits_for_peers,
                 stop_grace_seconds=self.stop_grace_seconds,
+                max_log_bytes=request.max_log_bytes,
             )
             learner_spec.write(ldir / "spec.json")
             host = LocalHost(

@@ -40,6 +40,11 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
             return lines, buffer[start:]
 
 
+def truncated_marker(max_bytes: int) -> str:
+    """The line that ends a learner's log cut at its cap."""
+    return f"[dlaas] log truncated: the plan allows {max_bytes} bytes of log per training learner"
+
+
 class LogTee:
     """Reads a command's output and writes each line to a log store and a local file.
 
@@ -49,8 +54,21 @@ class LogTee:
     store is slower than the command. At most _MAX_PENDING_BYTES are held in memory.
     """
 
-    def __init__(self, learner: int, training_id: str, store: LogStore, local_file: Path) -> None:
+    def __init__(
+        self,
+        learner: int,
+        training_id: str,
+        store: LogStore,
+        local_file: Path,
+        *,
+        max_bytes: int | None = None,
+    ) -> None:
         self._fd = -1
+        # Bytes of lines (each with its newline) this learner may log; past them one
+        # marker line, then the rest is read and dropped.
+        self._max_bytes = max_bytes
+        self._logged = 0
+        self._truncated = False
         self._learner = learner
         self._training_id = training_id
         self._store = store
@@ -109,6 +127,15 @@ class LogTee:
             if self._closed:
                 return
             for raw in lines:
+                if self._truncated:
+                    break
+                if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
+                    self._truncated = True
+                    self._pending.append(
+                        LogRecord(self._learner, now, truncated_marker(self._max_bytes))
+                    )
+                    break
+                self._logged += len(raw) + 1
                 line = raw.removesuffix(b"\r").decode("utf-8", "replace")
                 self._pending.append(LogRecord(self._learner, now, line))
                 self._pending_bytes += len(raw)

@@ -171,7 +171,13 @@ class Learner:
     def run_command(self, store: ObjectStore, log_store: LogStore) -> int:
         spec = self.spec
         self.private_dir.mkdir(parents=True, exist_ok=True)
-        tee = LogTee(spec.learner_id, spec.training_id, log_store, self.log_path)
+        tee = LogTee(
+            spec.learner_id,
+            spec.training_id,
+            log_store,
+            self.log_path,
+            max_bytes=spec.max_log_bytes,
+        )
         try:
             limits.prepare(self.enforcement)
             proc = self.supervisor.start(

@@ -54,6 +54,9 @@ class LearnerSpec:
     # MPI launcher: wait until every other learner has its code and data in place.
     waits_for_peers: bool = False
     stop_grace_seconds: float = 5.0
+    # Log bytes this learner may write (live log and training-log.txt); the rest is
+    # dropped after one marker line. None: unbounded.
+    max_log_bytes: int | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -77,6 +80,7 @@ class LearnerSpec:
         "upload_results": (bool,),
         "waits_for_peers": (bool,),
         "stop_grace_seconds": (int, float),
+        "max_log_bytes": (int, type(None)),
     }
 
     @classmethod
