@@ -163,6 +163,7 @@ _GENERIC = {
     404: "No such resource for this tenant, or no such path",
     413: "The body is above the size limit",
     422: "A field breaks a rule; `errors` names each field and its rule",
+    429: "A limit of the plan, a rate limit or a cap is reached; the detail names it",
     503: "A service the platform needs (the database) is unavailable",
 }
 
@@ -183,6 +184,10 @@ def document_problems(document: dict[str, Any], *, public_paths: Collection[str]
                 codes |= {400, 401, 403, 404, 422, 503}
                 if "requestBody" in operation:
                     codes.add(413)
+                # Plan limits and rate limits (submissions, deployments, predictions) and
+                # the cap on followed logs.
+                if "requestBody" in operation or path.endswith("/logs"):
+                    codes.add(429)
             for code in sorted(codes):
                 documented = responses.setdefault(str(code), {})
                 documented.setdefault("description", _GENERIC.get(code, HTTPStatus(code).phrase))

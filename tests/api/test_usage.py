@@ -143,8 +143,17 @@ def test_usage_shows_the_use_against_the_plan(client: TestClient, platform: Plat
 
 
 class _NoBackend:
+    """A backend that never ran the training's learners (finalize stops, observes and
+    cleans up; here there is nothing to)."""
+
+    def stop(self, training_id: str) -> None:
+        self.stopped = training_id
+
+    def observe(self, training_id: str) -> None:
+        return None
+
     def cleanup(self, training_id: str) -> None:
-        pass
+        self.cleaned = training_id
 
 
 def test_stored_bytes_count_code_and_results_and_bound_submissions(
