@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from service.db import repository
 from service.db.models import Training
 from service.domain import quotas
@@ -88,15 +90,15 @@ def user_buckets(
     )
 
 
-def unsandboxed_refusal(platform: Platform, backend: Backend, training: Training) -> str | None:
+def unsandboxed_refusal(
+    platform: Platform, backend: Backend, session: Session, training: Training
+) -> str | None:
     """Why the training may not start, if its learners would run without a sandbox: only
     the local tenant's may, unless the operator allows it (DLAAS_ALLOW_UNSANDBOXED)."""
     why = backend.unsandboxed_reason()
     if why is None or platform.settings.allow_unsandboxed:
         return None
-    with platform.sessions() as session:
-        tenant = repository.tenant_name_of(session, training.tenant_id)
-    if tenant == LOCAL_TENANT:
+    if repository.tenant_name_of(session, training.tenant_id) == LOCAL_TENANT:
         return None
     return (
         f"the learners could not be started: no sandbox can be made on this platform ({why}), "
@@ -112,7 +114,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             return
         if training.stop_requested_at is not None:
             return
-        refusal = unsandboxed_refusal(platform, backend, training)
+        refusal = unsandboxed_refusal(platform, backend, session, training)
         if refusal is not None:
             record_transition(training, TrainingState.FAILED, refusal)
             session.commit()

@@ -260,11 +260,11 @@ def test_another_tenant_is_refused_where_no_sandbox_can_be_made(tmp_path: Path) 
                 local, _ = tenants.create_tenant(session, platform.catalog, "local", "standard")
                 other, _ = tenants.create_tenant(session, platform.catalog, "acme", "standard")
                 session.commit()
-                ids = {"local": local.id, "acme": other.id}
-            acme = Training(tenant_id=ids["acme"])
-            refusal = execution.unsandboxed_refusal(platform, backend, acme)
-            local_training = Training(tenant_id=ids["local"])
-            assert execution.unsandboxed_refusal(platform, backend, local_training) is None
+                acme = Training(tenant_id=other.id)
+                refusal = execution.unsandboxed_refusal(platform, backend, session, acme)
+                local_training = Training(tenant_id=local.id)
+                allowed = execution.unsandboxed_refusal(platform, backend, session, local_training)
+                assert allowed is None
             if allow:
                 assert refusal is None
             else:
