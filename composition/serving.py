@@ -175,10 +175,17 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 first = pool.submit(interrupt_active_trainings, platform)
                 worker.stop()
-                halted = first.result()
-            halted += interrupt_active_trainings(platform)
-            if halted:
-                echo(f"halted {len(halted)} running training(s): {', '.join(halted)}")
+                interrupted = first.result()
+            interrupted += interrupt_active_trainings(platform)
+            if interrupted.halted:
+                ids = ", ".join(interrupted.halted)
+                echo(f"halted {len(interrupted.halted)} running training(s): {ids}")
+            if interrupted.resuming:
+                ids = ", ".join(interrupted.resuming)
+                echo(
+                    f"interrupted {len(interrupted.resuming)} training(s) that resume from "
+                    f"their checkpoints on the next start (their retry_policy): {ids}"
+                )
         finally:
             platform.close()
             sock.close()

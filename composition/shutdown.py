@@ -1,17 +1,23 @@
 """What `dlaas up` does to running trainings when it stops: their learners are stopped and
-they are recorded HALTED, saying the platform was shut down."""
+they are recorded HALTED, saying the platform was shut down; or, where their retry policy
+covers lost learners and attempts are left, recorded as interrupted with their
+checkpoints saved, to resume as a new attempt when the platform starts again."""
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from service.db import repository
+from service.db.models import Training
+from service.domain.retries import Retries
 from service.domain.states import TrainingState
 from service.platform import Platform
-from service.trainings import record_learner_states, record_transition
+from service.trainings import record_learner_states, record_restart, record_transition
 from worker import execution
 from worker.backends import make_backend
+from worker.backends.base import Backend
 
 log = logging.getLogger("dlaas.up")
 
@@ -21,16 +27,51 @@ SHUTDOWN_MESSAGE = (
 )
 
 
-def interrupt_active_trainings(platform: Platform) -> list[str]:
-    """Stop the learners of every training that has some and record it HALTED (see the
-    module's docstring); returns the ids of the trainings interrupted. Call it only when no
-    monitor and no worker run."""
+RESUME_MESSAGE = (
+    "attempt {attempt} of {attempts} interrupted: the platform was shut down (dlaas up "
+    "stopped) while the training was {state}; it resumes as attempt {next} from its "
+    "checkpoints when the platform starts again"
+)
+
+
+def _resumable(platform: Platform, backend: Backend, training: Training) -> bool:
+    """Save the interrupted attempt's checkpoints; False if they could not be."""
+    try:
+        execution.save_checkpoints(platform, backend, training, training.attempt)
+    except Exception:
+        log.exception("saving the checkpoints of %s failed; it is halted", training.id)
+        return False
+    return True
+
+
+@dataclass
+class Interrupted:
+    """The trainings a shutdown interrupted: halted, or waiting to resume on the next start."""
+
+    halted: list[str] = field(default_factory=list)
+    resuming: list[str] = field(default_factory=list)
+
+    def __iadd__(self, other: Interrupted) -> Interrupted:
+        self.halted += other.halted
+        self.resuming += other.resuming
+        return self
+
+
+def interrupt_active_trainings(platform: Platform) -> Interrupted:
+    """Stop the learners of every training that has some and record it HALTED, or as
+    interrupted to resume (see the module's docstring); returns which were which. Call it
+    only when no monitor and no worker run."""
+    interrupted = Interrupted()
     backend = make_backend(platform.settings)
     with platform.sessions() as session:
         active = repository.active_training_ids(session)
     started = [tid for tid in active if backend.observe(tid) is not None]
+    for training_id in set(active) - set(started):
+        # A start cut short (its learners not all spawned) holds processes all the same:
+        # released, the training stays PENDING and the next start launches it whole.
+        backend.cleanup(training_id)
     if not started:
-        return []
+        return interrupted
     with ThreadPoolExecutor(max_workers=min(8, len(started))) as pool:
         list(pool.map(backend.stop, started))
     for training_id in started:
@@ -41,6 +82,24 @@ def interrupt_active_trainings(platform: Platform) -> list[str]:
                 continue
             if observation is not None:
                 record_learner_states(training, observation.learners)
+            retries = Retries.of(training.manifest.get("retry_policy"))
+            if (
+                training.stop_requested_at is None
+                and retries is not None
+                and retries.covers_shutdown(training.attempt)
+                and _resumable(platform, backend, training)
+            ):
+                message = RESUME_MESSAGE.format(
+                    attempt=training.attempt,
+                    attempts=retries.attempts,
+                    state=training.status,
+                    next=training.attempt + 1,
+                )
+                record_restart(training, message)
+                session.commit()
+                backend.cleanup(training_id)
+                interrupted.resuming.append(training_id)
+                continue
             message = (
                 "stopped by the user"
                 if training.stop_requested_at is not None
@@ -48,8 +107,9 @@ def interrupt_active_trainings(platform: Platform) -> list[str]:
             )
             record_transition(training, TrainingState.HALTED, message)
             session.commit()
+            interrupted.halted.append(training_id)
         try:
             execution.finalize(platform, backend, training_id)
         except Exception:
             log.exception("archiving the logs of %s failed", training_id)
-    return started
+    return interrupted

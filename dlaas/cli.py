@@ -118,12 +118,17 @@ app = _App(
 )
 deployments_app = _App(help="Online deployments of trained models.", no_args_is_help=True)
 tenants_app = _App(help="Tenants and their API keys (admin key).", no_args_is_help=True)
+runtimes_app = _App(
+    help="The framework runtimes of this machine's platform (as `dlaas up`, on DLAAS_HOME).",
+    no_args_is_help=True,
+)
 keys_app = _App(
     help="A tenant's API keys: the admin key for any tenant, a tenant's own key for its own.",
     no_args_is_help=True,
 )
 app.add_typer(deployments_app, name="deployments")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(runtimes_app, name="runtimes")
 tenants_app.add_typer(keys_app, name="keys")
 
 JsonFlag = Annotated[
@@ -216,6 +221,8 @@ def _show_training(training: Training) -> None:
     if training.status_message:
         status += f"  {escape(training.status_message)}"
     grid.add_row("status", status)
+    if training.attempt > 1 or training.past_attempts:
+        grid.add_row("attempt", str(training.attempt))
     grid.add_row("framework", escape(f"{training.framework.name} {training.framework.version}"))
     compute = training.compute_configuration
     grid.add_row("compute", escape(f"{compute.name} x {compute.nodes}"))
@@ -231,13 +238,39 @@ def _show_training(training: Training) -> None:
         for lr in training.learners:
             learners.add_row(str(lr.learner_id), _status(lr.status), _exit_code(lr.exit_code))
         out.print(learners)
+    for past in training.past_attempts:
+        table = Table(
+            title=f"Attempt {past.attempt} (ended {_when(past.ended_at)})",
+            title_justify="left",
+            caption=escape(past.message),
+            caption_justify="left",
+            box=None,
+        )
+        table.add_column("learner", justify="right")
+        table.add_column("status")
+        table.add_column("exit code", justify="right")
+        table.add_column("message")
+        for plr in past.learners:
+            table.add_row(
+                str(plr.learner_id),
+                _status(plr.status),
+                _exit_code(plr.exit_code),
+                escape(plr.status_message or ""),
+            )
+        out.print(table)
     if training.status_history:
+        retried = training.attempt > 1
         history = Table(title="History", title_justify="left", box=None)
         history.add_column("time")
+        if retried:
+            history.add_column("attempt", justify="right")
         history.add_column("status")
         history.add_column("message")
         for event in training.status_history:
-            history.add_row(_when(event.at), _status(event.status), escape(event.message or ""))
+            cells = [_when(event.at), _status(event.status), escape(event.message or "")]
+            if retried:
+                cells.insert(1, str(event.attempt))
+            history.add_row(*cells)
         out.print(history)
 
 
@@ -268,6 +301,51 @@ def up(
     try:
         serve(host, port, echo=typer.echo)
     except EmbeddedError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}")
+        raise SystemExit(1) from None
+
+
+@runtimes_app.command("list")
+def runtimes_list(json_: JsonFlag = False) -> None:
+    """Each runtime: the framework versions it serves, whether it is installed, and what it
+    provides (TensorFlow, Horovod and its build, MPI)."""
+    from composition.runtimes import listing
+
+    found = listing()
+    if json_:
+        _emit(found)
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("RUNTIME", "SERVES", "INSTALLED", "PROVIDES"):
+        table.add_column(column)
+    for r in found:
+        serves = ", ".join(f"{s['framework']} {s['version']}" for s in r["serves"]) or "-"
+        provides = ", ".join(
+            f"{k} {v}"
+            for k, v in r["provides"].items()
+            if k in ("tensorflow", "horovod", "mpi") and isinstance(v, str)
+        )
+        table.add_row(
+            escape(r["name"]),
+            escape(serves),
+            "yes" if r["installed"] else "no",
+            escape(provides or "-"),
+        )
+    out.print(table)
+
+
+@runtimes_app.command("install")
+def runtimes_install(
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="[NAME]...", help="Default: every runtime.")
+    ] = None,
+) -> None:
+    """Build runtimes on this machine (cached: an installed one is left as it is)."""
+    from composition.runtimes import RuntimeBuildError, install
+
+    try:
+        install(names or [], progress=lambda line: err.print(escape(line)))
+    except RuntimeBuildError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")
         raise SystemExit(1) from None
 

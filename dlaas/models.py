@@ -66,6 +66,44 @@ class StatusEvent:
     status: str
     at: datetime
     message: str | None = None
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class PastLearner:
+    learner_id: int
+    status: str
+    exit_code: int | None = None
+    status_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An attempt of a retried training, as it ended."""
+
+    attempt: int
+    ended_at: datetime
+    message: str
+    learners: tuple[PastLearner, ...]
+    started_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attempt:
+        return cls(
+            attempt=int(data["attempt"]),
+            ended_at=_required_time(data["ended_at"]),
+            message=str(data.get("message") or ""),
+            started_at=_time(data.get("started_at")),
+            learners=tuple(
+                PastLearner(
+                    int(lr["learner_id"]),
+                    str(lr["status"]),
+                    lr.get("exit_code"),
+                    _str_or_none(lr.get("status_message")),
+                )
+                for lr in data.get("learners") or []
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,6 +125,9 @@ class Training:
     stop_requested: bool = False
     delete_requested: bool = False
     max_runtime: int | None = None
+    # 1, then one more per retry (the manifest's retry_policy); the attempts before it.
+    attempt: int = 1
+    past_attempts: tuple[Attempt, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -117,7 +158,12 @@ class Training:
                 for lr in data.get("learners") or []
             ),
             status_history=tuple(
-                StatusEvent(str(e["status"]), _required_time(e["at"]), e.get("message"))
+                StatusEvent(
+                    str(e["status"]),
+                    _required_time(e["at"]),
+                    e.get("message"),
+                    int(e.get("attempt") or 1),
+                )
                 for e in data.get("status_history") or []
             ),
             created_at=_required_time(data["created_at"]),
@@ -126,6 +172,8 @@ class Training:
             stop_requested=bool(data.get("stop_requested", False)),
             delete_requested=bool(data.get("delete_requested", False)),
             max_runtime=None if data.get("max_runtime") is None else int(data["max_runtime"]),
+            attempt=int(data.get("attempt") or 1),
+            past_attempts=tuple(Attempt.from_json(a) for a in data.get("past_attempts") or []),
             raw=data,
         )
 

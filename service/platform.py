@@ -15,6 +15,7 @@ import yaml
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import runtimes
 from service.auth import TenantRef, ensure_admin_key
 from service.db import repository
 from service.db.session import make_engine, make_sessionmaker, upgrade
@@ -23,6 +24,7 @@ from service.domain.catalog import DEFAULT_CATALOG, Catalog
 from service.logs import LogStore, open_log_store
 from service.logs.config import LogSinkConfig
 from service.private import private_dir, private_home
+from service.runtimes import RuntimeInfo
 from service.secrets import SecretBox, ensure_secret_key
 from service.settings import Settings
 from service.storage import open_platform_store, platform_store_config
@@ -177,6 +179,15 @@ class Platform:
     def upload_dir(self) -> Path:
         """Where uploads are spooled while they are checked; emptied after each request."""
         return self.settings.home_dir / "uploads"
+
+    def installed_runtimes(self) -> frozenset[str]:
+        """The framework runtimes installed where this platform's learners run (the local
+        backend: this machine's runtimes directory; the platform's always is)."""
+        return runtimes.installed_names(self.settings.runtimes_path)
+
+    def runtime(self, name: str) -> RuntimeInfo | None:
+        """The installed runtime `name`; None where it is not installed."""
+        return runtimes.installed(self.settings.runtimes_path, name)
 
     def revocation_epoch(self) -> int:
         """The key revocation counter now (one small query; see KeyCache)."""

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
         default=None,
         description="YAML file overriding the framework, compute and plan catalogs.",
     )
+    runtimes_dir: Path | None = Field(
+        default=None,
+        description="Where `dlaas runtimes install` builds the framework runtimes (one Python "
+        "environment each) and learners find them; default $DLAAS_HOME/runtimes. A shared "
+        "directory lets several installations (or test runs) use one build.",
+    )
     max_upload_bytes: int = Field(
         default=200 * 1024 * 1024,
         gt=0,
@@ -101,6 +107,19 @@ class Settings(BaseSettings):
     )
     stop_grace_seconds: float = Field(
         default=3.0, ge=0, description="SIGTERM to SIGKILL grace when learners are stopped."
+    )
+    store_retry_attempts: int = Field(
+        default=5,
+        gt=0,
+        description="Attempts a learner makes to upload each of its results and logs to an "
+        "object store that is unreachable, with exponential backoff between them, before it "
+        "fails the training naming the store.",
+    )
+    store_retry_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="The most seconds a learner keeps retrying one upload to an unreachable "
+        "object store (DLAAS_STORE_RETRY_ATTEMPTS: whichever ends first).",
     )
     scoring_url: str | None = Field(
         default=None,
@@ -168,6 +187,12 @@ class Settings(BaseSettings):
     @property
     def object_store_dir(self) -> Path:
         return self.home_dir / "objects"
+
+    @property
+    def runtimes_path(self) -> Path:
+        if self.runtimes_dir is not None:
+            return self.runtimes_dir.expanduser().resolve()
+        return self.home_dir / "runtimes"
 
     @property
     def work_dir(self) -> Path:

@@ -24,7 +24,8 @@ from service.db.models import Learner, StatusEvent, Training, utcnow
 from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
-from service.domain.states import TrainingState, check_transition
+from service.domain.runtimes import runtime_refusal
+from service.domain.states import TrainingState, check_restart, check_transition
 from service.errors import (
     Conflict,
     FieldError,
@@ -138,6 +139,13 @@ def submission(
     )
     if refused := check_references(parsed, platform.endpoint_policy):
         raise ValidationFailed(refused)
+    if missing := runtime_refusal(
+        platform.catalog,
+        parsed.framework.name,
+        parsed.framework.version,
+        platform.installed_runtimes(),
+    ):
+        raise ValidationFailed([missing])
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
         spooled = Path(tmp) / "model_definition"
         with spooled.open("wb") as out:
@@ -188,7 +196,63 @@ def record_transition(
     if new.terminal:
         training.completed_at = now
         halt_remaining_learners(training)
-    training.events.append(StatusEvent(status=new, message=message, at=now))
+    training.events.append(
+        StatusEvent(status=new, message=message, at=now, attempt=training.attempt)
+    )
+
+
+RETRIED = "stopped by the platform: the attempt was retried"
+
+
+def attempt_started_at(training: Training) -> datetime | None:
+    """When the training's current attempt started running (what max_runtime bounds)."""
+    if training.attempt == 1:
+        return training.started_at
+    return next(
+        (e.at for e in training.events if e.attempt == training.attempt and e.status == "RUNNING"),
+        None,
+    )
+
+
+def record_restart(training: Training, message: str, *, at: datetime | None = None) -> int:
+    """Start the training again as its next attempt (`service.domain.retries`): what each
+    learner did in this attempt is kept in `past_attempts`, the learners start over
+    PENDING, and the history records PENDING with the new attempt's number. Returns it.
+
+    The worker's LAUNCH then stops what is left of the last attempt, saves its
+    checkpoints and starts the new one (worker.execution.launch)."""
+    check_restart(TrainingState(training.status))
+    now = at or utcnow()
+    started = attempt_started_at(training)
+    past = list(training.past_attempts or [])
+    past.append(
+        {
+            "attempt": training.attempt,
+            "started_at": started.isoformat() if started else None,
+            "ended_at": now.isoformat(),
+            "message": message,
+            "learners": [
+                {
+                    "learner_id": row.learner_id,
+                    "status": row.status if row.status in _ENDED else TrainingState.HALTED.value,
+                    "exit_code": row.exit_code,
+                    "status_message": row.status_message if row.status in _ENDED else RETRIED,
+                }
+                for row in training.learners
+            ],
+        }
+    )
+    training.past_attempts = past
+    training.attempt += 1
+    for row in training.learners:
+        row.status, row.exit_code, row.status_message = TrainingState.PENDING, None, None
+    training.status = TrainingState.PENDING
+    training.status_message = message
+    training.updated_at = now
+    training.events.append(
+        StatusEvent(status=TrainingState.PENDING, message=message, at=now, attempt=training.attempt)
+    )
+    return training.attempt
 
 
 # What a learner still running (or never started) when its training ended is recorded as:
@@ -228,6 +292,31 @@ def record_stopped_learners(training: Training, observations: Iterable[LearnerOb
             row.status, row.exit_code = obs.phase, obs.exit_code
             if obs.phase != "HALTED" and obs.message:
                 row.status_message = obs.message
+
+
+def record_stopped_in_past_attempt(
+    training: Training, observations: Iterable[LearnerObservation]
+) -> None:
+    """After the platform stopped the learners of the attempt before the current one:
+    record in `past_attempts` the exit code or signal each one that was still running
+    reported as it stopped (as `record_stopped_learners` does at the end)."""
+    if not training.past_attempts:
+        return
+    *earlier, last = training.past_attempts
+    reported = {obs.learner_id: obs for obs in observations}
+    learners = []
+    for entry in last["learners"]:
+        obs = reported.get(entry["learner_id"])
+        if (
+            entry.get("status_message") == RETRIED
+            and obs is not None
+            and obs.phase in ("COMPLETED", "FAILED", "HALTED")
+            and obs.exit_code is not None
+        ):
+            entry = {**entry, "status": obs.phase, "exit_code": obs.exit_code}
+        learners.append(entry)
+    # A new list: the JSON column is written only when it is assigned.
+    training.past_attempts = [*earlier, {**last, "learners": learners}]
 
 
 def record_learner_states(training: Training, observations: Iterable[LearnerObservation]) -> None:

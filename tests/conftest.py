@@ -61,6 +61,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(
         home=tmp_path / "home",
+        # Empty: only the platform's runtime is installed (tests/api/test_runtime_check.py).
+        runtimes_dir=tmp_path / "runtimes",
         database_url=database_url,
         admin_api_key=ADMIN_KEY,
         max_upload_bytes=2 * 1024 * 1024,

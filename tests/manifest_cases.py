@@ -49,6 +49,37 @@ class Case:
 
 REJECTED = [
     Case(
+        "retries-above-plan",
+        base(retry_policy={"max_retries": 2, "retry_on_lost": True}),
+        "/retry_policy/max_retries",
+        "the lite plan allows at most 1 retries; got 2",
+        plan="lite",
+    ),
+    Case(
+        "retry-on-exit-code-0",
+        base(retry_policy={"max_retries": 1, "retry_on_exit_codes": [3, 0]}),
+        "/retry_policy/retry_on_exit_codes/1",
+        "1 to 255 (0 is success)",
+    ),
+    Case(
+        "retry-on-exit-code-twice",
+        base(retry_policy={"max_retries": 1, "retry_on_exit_codes": [3, 3]}),
+        "/retry_policy/retry_on_exit_codes/1",
+        "3 is given twice",
+    ),
+    Case(
+        "retries-negative",
+        base(retry_policy={"max_retries": -1}),
+        "/retry_policy/max_retries",
+        "greater than or equal to 0",
+    ),
+    Case(
+        "retry-policy-unknown-key",
+        base(retry_policy={"max_retries": 1, "backoff": 3}),
+        "/retry_policy/backoff",
+        "",
+    ),
+    Case(
         "nodes-zero",
         base(compute_configuration={"nodes": 0}),
         "/compute_configuration/nodes",
@@ -287,6 +318,11 @@ REJECTED = [
 ]
 
 ACCEPTED = [
+    (
+        "retry-policy",
+        base(retry_policy={"max_retries": 1, "retry_on_lost": True, "retry_on_exit_codes": [3]}),
+        "lite",
+    ),
     (
         "all-workers",
         base(framework={"parameter_servers": 0}, compute_configuration={"nodes": 2}),

@@ -67,8 +67,10 @@ class S3Server:
 
 
 @contextmanager
-def moto_server() -> Iterator[S3Server]:
-    port = free_port()
+def moto_server(port: int | None = None) -> Iterator[S3Server]:
+    """moto's server on `port` (default: a free one); a test may stop it and start another
+    on the same port (an S3 endpoint that restarts: its objects and buckets are lost)."""
+    port = port or free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from service import dispatch
+from service.db.session import DATABASE_UNAVAILABLE
 from service.platform import Platform
 from service.settings import Settings
 from worker import execution
@@ -24,6 +25,8 @@ from worker.backends import make_backend
 from worker.backends.base import Backend
 
 log = logging.getLogger("dlaas.worker")
+# Tries of a task after the first while the database is unavailable (about 8 minutes).
+TASK_RETRIES = 10
 
 
 def create_celery_app(settings: Settings | None = None) -> Celery:
@@ -48,7 +51,17 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
     worker_ready.connect(warm_up, weak=False)
 
     # shared=False: the tasks close over this app's runtime, so no other app may get them.
-    @app.task(name=dispatch.LAUNCH, shared=False)
+    # A task that meets the database down (restarting) is tried again later, with backoff:
+    # the monitor sends no second FINALIZE for a training it has already ended.
+    retried = {
+        "autoretry_for": DATABASE_UNAVAILABLE,
+        "retry_backoff": 2,
+        "retry_backoff_max": 60,
+        "retry_jitter": True,
+        "max_retries": TASK_RETRIES,
+    }
+
+    @app.task(name=dispatch.LAUNCH, shared=False, **retried)
     def launch_training(training_id: str) -> None:
         platform, backend = runtime()
         execution.launch(platform, backend, training_id)
@@ -58,7 +71,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         _platform, backend = runtime()
         execution.stop(backend, training_id)
 
-    @app.task(name=dispatch.FINALIZE, shared=False)
+    @app.task(name=dispatch.FINALIZE, shared=False, **retried)
     def finalize_training(training_id: str) -> None:
         platform, backend = runtime()
         execution.finalize(platform, backend, training_id)

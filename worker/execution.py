@@ -9,26 +9,37 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service import runtimes
 from service.db import repository
 from service.db.models import Training
 from service.domain import quotas
+from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
 from service.domain.reports import Report, check_report
+from service.domain.retries import Retries, final_message
+from service.domain.runtimes import install_command
 from service.domain.states import TrainingState
-from service.logs import all_records
+from service.logs import LogRecord, all_records
 from service.platform import Platform
 from service.secrets import SecretBox, SecretsUnreadable, open_reference
 from service.storage import keys
+from service.storage.base import StoreUnavailable
 from service.storage.config import BucketLocation, StoreConfig
 from service.storage.endpoints import EndpointPolicy
 from service.tenants import LOCAL_TENANT
-from service.trainings import halt_remaining_learners, record_stopped_learners, record_transition
+from service.trainings import (
+    halt_remaining_learners,
+    record_stopped_in_past_attempt,
+    record_stopped_learners,
+    record_transition,
+)
 from worker.backends.base import Backend, Observation, StartRequest
 from worker.launchers.plan import TrainingSpec
 
@@ -129,10 +140,44 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             )
             session.commit()
             return
+        runtime_name = platform.catalog.runtime(training.framework_name, training.framework_version)
+        runtime = None if runtime_name == runtimes.PLATFORM else platform.runtime(runtime_name)
+        if runtime_name != runtimes.PLATFORM and runtime is None:
+            record_transition(
+                training,
+                TrainingState.FAILED,
+                f"the learners could not be started: the runtime '{runtime_name}' is not "
+                f"installed where they run (`{install_command(runtime_name)}`)",
+            )
+            session.commit()
+            return
         plan_name = repository.plans_of_tenants(session, [training.tenant_id]).get(
             training.tenant_id
         )
         plan = platform.catalog.plans.get(plan_name) if plan_name else None
+        attempt, attempt_message = training.attempt, training.status_message
+        restore = None
+        if attempt > 1:
+            try:
+                restore = end_previous_attempt(platform, backend, training)
+            except StoreUnavailable as e:
+                record_transition(
+                    training,
+                    TrainingState.FAILED,
+                    final_message(
+                        attempt,
+                        Retries.of(training.manifest.get("retry_policy")),
+                        f"the checkpoints of attempt {attempt - 1} could not be saved: {e}",
+                    ),
+                )
+                session.commit()
+                unsaved = True
+            else:
+                session.commit()
+                unsaved = False
+            if unsaved:  # what is left of the last attempt is released as for any end
+                finalize_quietly(platform, backend, training_id)
+                return
         request = StartRequest(
             spec=training_spec(training, platform),
             model_definition_key=training.model_definition_key,
@@ -142,7 +187,15 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             training_data=training_data,
             results_target=results_target,
             max_log_bytes=quotas.learner_log_cap(plan, training.nodes) if plan else None,
+            attempt=attempt,
+            restore_checkpoints=restore,
+            runtime=runtime,
         )
+        learner_ids = [lr.learner_id for lr in training.learners]
+    if attempt > 1 and backend.observe(training_id) is None:
+        # Where one attempt's output ends and the next one's begins, in every learner's log.
+        marker = f"[dlaas] {attempt_message or f'attempt {attempt}'}"
+        platform.logs.append(training_id, [LogRecord(i, time.time(), marker) for i in learner_ids])
     try:
         backend.start(request)
     except Exception as e:
@@ -164,6 +217,71 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
         backend.cleanup(training_id)
 
 
+def end_previous_attempt(platform: Platform, backend: Backend, training: Training) -> str | None:
+    """Before `training.attempt` starts: stop what is left of the attempt before it, save
+    its CHECKPOINT_DIR and release it; returns where the latest saved checkpoints are (to
+    restore), or None if no attempt saved any. Raises StoreUnavailable if they cannot be
+    saved (the old attempt is kept then)."""
+    previous = backend.observe(training.id)
+    if previous is not None and previous.attempt < training.attempt:
+        backend.stop(training.id)
+        stopped = _checked(training, backend.observe(training.id))
+        if stopped is not None:
+            record_stopped_in_past_attempt(training, stopped)
+        save_checkpoints(platform, backend, training, previous.attempt)
+        backend.cleanup(training.id)
+    latest = _saved_attempts(platform, training.id)
+    return keys.attempt_checkpoints_prefix(training.id, max(latest)) if latest else None
+
+
+def _saved_attempts(platform: Platform, training_id: str) -> set[int]:
+    found = (
+        keys.checkpoint_attempt(training_id, info.key)
+        for info in platform.store.list(keys.checkpoints_prefix(training_id))
+    )
+    return {n for n in found if n is not None}
+
+
+def save_checkpoints(
+    platform: Platform, backend: Backend, training: Training, attempt: int
+) -> None:
+    """Save the stopped learners' CHECKPOINT_DIR as `attempt` left it, keep only that
+    one, and count its bytes in the training's stored bytes."""
+    saved = backend.save_checkpoints(
+        training.id, platform.store, keys.attempt_checkpoints_prefix(training.id, attempt)
+    )
+    if saved is None:
+        return
+    for older in _saved_attempts(platform, training.id) - {attempt}:
+        platform.store.delete_prefix(keys.attempt_checkpoints_prefix(training.id, older))
+    training.checkpoint_bytes = saved
+
+
+def _checked(
+    training: Training, observation: Observation | None
+) -> tuple[LearnerObservation, ...] | None:
+    """What stopped learners reported, checked as the monitor checks it (they run the
+    user's code); None if there is nothing, or nothing acceptable."""
+    if not isinstance(observation, Observation):
+        return None
+    report = check_report(
+        observation.learners,
+        observation.primaries,
+        observation.notes,
+        learner_ids=[lr.learner_id for lr in training.learners],
+        window=(float("-inf"), float("inf")),
+    )
+    return tuple(report.learners) if isinstance(report, Report) else None
+
+
+def finalize_quietly(platform: Platform, backend: Backend, training_id: str) -> None:
+    try:
+        finalize(platform, backend, training_id)
+    except Exception:  # the store is down: the learners are stopped, the rest can wait
+        log.exception("wrapping up %s failed", training_id)
+        backend.cleanup(training_id)
+
+
 def stop(backend: Backend, training_id: str) -> None:
     backend.stop(training_id)
 
@@ -180,27 +298,30 @@ def finalize(platform: Platform, backend: Backend, training_id: str) -> None:
     except Exception:  # the learners stay recorded HALTED, without an exit code
         log.exception("observing the stopped learners of %s failed", training_id)
         observation = None
+    with platform.sessions() as session:
+        training = repository.training_by_id(session, training_id)
+        if training is not None and TrainingState(training.status).terminal:
+            try:
+                save_checkpoints(platform, backend, training, training.attempt)
+                session.commit()
+            except Exception:  # the results matter more: the training ends all the same
+                log.exception("saving the checkpoints of %s failed", training_id)
+                session.rollback()
     backend.cleanup(training_id)
     with platform.sessions() as session:
         training = repository.training_by_id(session, training_id)
         if training is None:
             return
+        attempts = training.attempt
         if TrainingState(training.status).terminal:
             halt_remaining_learners(training)
-            if isinstance(observation, Observation):
-                # Checked as the monitor checks it: the learners run the user's code.
-                report = check_report(
-                    observation.learners,
-                    observation.primaries,
-                    observation.notes,
-                    learner_ids=[lr.learner_id for lr in training.learners],
-                    window=(float("-inf"), float("inf")),
-                )
-                if isinstance(report, Report):
-                    record_stopped_learners(training, report.learners)
+            stopped = _checked(training, observation)
+            if stopped is not None:
+                record_stopped_learners(training, stopped)
             session.commit()
         learners = [lr.learner_id for lr in training.learners]
-    archive_logs(platform, training_id, learners)
+    # The last attempt's wrappers stored their own output; every attempt's is in the log.
+    archive_logs(platform, training_id, learners, every=attempts > 1)
     record_results_bytes(platform, training_id)
 
 
@@ -215,9 +336,16 @@ def record_results_bytes(platform: Platform, training_id: str) -> None:
             session.commit()
 
 
-def archive_logs(platform: Platform, training_id: str, learners: list[int]) -> None:
+def archive_logs(
+    platform: Platform, training_id: str, learners: list[int], *, every: bool = False
+) -> None:
+    """Write each learner's training-log.txt from the log store where its wrapper did
+    not store one (or, with `every`, for every learner: a retried training's log has
+    every attempt's output)."""
     prefix = keys.results_prefix(training_id)
-    missing = {i for i in learners if platform.store.stat(keys.learner_log_key(prefix, i)) is None}
+    missing = {
+        i for i in learners if every or platform.store.stat(keys.learner_log_key(prefix, i)) is None
+    }
     if not missing:
         return
     lines: dict[int, io.StringIO] = {i: io.StringIO() for i in missing}

@@ -26,19 +26,30 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from service.db import repository
 from service.db.models import Training, utcnow
+from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, check_report, clean_text
+from service.domain.retries import Retries
 from service.domain.states import TrainingState
 from service.platform import Platform
 from service.settings import Settings
-from service.trainings import delete_training, record_learner_states, record_transition
+from service.trainings import (
+    attempt_started_at,
+    delete_training,
+    record_learner_states,
+    record_restart,
+    record_transition,
+)
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation
 
@@ -46,8 +57,14 @@ log = logging.getLogger("dlaas.monitor")
 
 # A launch not visible in the backend after this long is sent again (a lost message).
 LAUNCH_RETRY = timedelta(seconds=15)
+# The same for the launch of a new attempt while the last attempt's learners are still
+# there: longer, as that launch first stops them (a grace period) and saves checkpoints.
+RESTART_RETRY = timedelta(seconds=60)
 # Stop requests are re-sent this often until the learners are gone.
 STOP_RETRY = 10.0
+# A FINALIZE for a training the backend still holds is sent at most this often (it
+# stops learners with a grace period and stores logs: it takes seconds).
+FINALIZE_RETRY = 30.0
 _LOCK_ID = 0x444C4142
 # A training whose reconciliation raised in this many passes in a row, over at least this
 # long, is failed: an error that repeats is the training's, not a passing hiccup.
@@ -85,6 +102,7 @@ class Monitor:
                     del self._failing[training_id]  # ended, or deleted: no longer watched
                 self._admit(session, outbox)
                 session.commit()
+                self._release_ended(session, set(ids), outbox)
                 self._delete_requested(session)
         finally:
             # What was decided is committed: send it even if a later step of the pass failed.
@@ -180,6 +198,15 @@ class Monitor:
             return None
         if not isinstance(observation, Observation):
             return Malformed(f"the backend returned {type(observation).__name__}")
+        if observation.attempt != training.attempt:
+            # The learners of an attempt before this one: the LAUNCH of the new attempt
+            # stops them and saves their checkpoints first; sent again if it was lost.
+            if training.stop_requested_at is not None:
+                record_transition(training, TrainingState.HALTED, "stopped by the user")
+                outbox.append((FINALIZE, training.id))
+            elif now - training.updated_at > RESTART_RETRY:
+                outbox.append((LAUNCH, training.id))
+            return None
         report = check_report(
             observation.learners,
             observation.primaries,
@@ -199,10 +226,18 @@ class Monitor:
             report.learners,
             report.primaries,
             stop_requested=training.stop_requested_at is not None,
-            started_at=training.started_at,
+            started_at=attempt_started_at(training),
             max_runtime=int(manifest_runtime) if manifest_runtime else None,
             now=now,
+            attempt=training.attempt,
+            retries=Retries.of(training.manifest.get("retry_policy")),
         )
+        if Action.RETRY in decision.actions:
+            retrying = decision.message or "retrying"
+            attempt = record_restart(training, retrying, at=now)
+            log.info("training %s: attempt %d: %s", training.id, attempt, retrying)
+            outbox.append((LAUNCH, training.id))
+            return None
         if decision.state is not None:
             message = decision.message
             if message is None and report.notes:
@@ -260,6 +295,22 @@ class Monitor:
                     f"{self.backend.slots()} learner slots",
                 )
 
+    def _release_ended(
+        self, session: Session, active: set[str], outbox: list[tuple[str, str]]
+    ) -> None:
+        """FINALIZE again the trainings that ended (or are gone) while the backend still
+        holds something of theirs: the FINALIZE sent when they ended was lost (a worker
+        killed while it ran it). Not more often than FINALIZE_RETRY a training."""
+        held = [tid for tid in self.backend.held() if tid not in active]
+        if not held:
+            return
+        status = repository.training_statuses(session, held)
+        for training_id in held:
+            state = status.get(training_id)
+            if state is not None and not TrainingState(state).terminal:
+                continue  # QUEUED (a launch on its way) or just admitted: not ended
+            outbox.append((FINALIZE, training_id))
+
     def _delete_requested(self, session: Session) -> None:
         """Delete the trainings whose deletion was asked for, each committed on its own: one
         that cannot be deleted now (its store is down) is tried again next pass, and does
@@ -280,6 +331,8 @@ class Monitor:
         now = time.monotonic()
         if task == STOP and now - self._sent.get(key, -STOP_RETRY) < STOP_RETRY:
             return
+        if task == FINALIZE and now - self._sent.get(key, -FINALIZE_RETRY) < FINALIZE_RETRY:
+            return
         self._sent[key] = now
         try:
             self.platform.dispatcher.send(task, training_id)
@@ -294,11 +347,17 @@ class Monitor:
         wakeup = self.platform.monitor_wakeup
         # Woken at once by the API in this process (embedded) and by learners' status
         # changes (the backend's notifications); polling catches everything else.
-        with self._leadership(stop), self.backend.changes(wakeup.set):
+        with self._leadership(stop) as leader, self.backend.changes(wakeup.set):
             log.info("monitor running (every %.2f s)", interval)
             while not stop.is_set():
                 started = time.monotonic()
                 wakeup.clear()
+                if not leader.held():
+                    # The database restarted (or dropped the lock's connection): another
+                    # monitor may lead now. Act again only once this one leads again.
+                    log.warning("the monitor lock was lost; waiting to take it again")
+                    leader.take()
+                    continue
                 try:
                     self.tick()
                 except Exception:
@@ -310,24 +369,92 @@ class Monitor:
                         break
 
     @contextlib.contextmanager
-    def _leadership(self, stop: threading.Event) -> Iterator[None]:
+    def _leadership(self, stop: threading.Event) -> Iterator[Leadership]:
         """Wait until this is the only monitor acting on the platform."""
         engine = self.platform.engine
         if engine.dialect.name == "postgresql":
-            with engine.connect() as conn:
-                while not stop.is_set() and not repository.try_advisory_lock(conn, _LOCK_ID):
-                    stop.wait(1.0)
-                yield
-            return
-        path = self.platform.settings.home_dir / "monitor.lock"
-        with open(path, "w") as f:
-            while not stop.is_set():
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    stop.wait(1.0)
-            yield
+            leader: Leadership = AdvisoryLock(engine, stop)
+        else:
+            leader = FileLock(self.platform.settings.home_dir / "monitor.lock", stop)
+        try:
+            leader.take()
+            yield leader
+        finally:
+            leader.release()
+
+
+class Leadership(Protocol):
+    def take(self) -> None:
+        """Block until this monitor leads (or it is asked to stop)."""
+        ...
+
+    def held(self) -> bool:
+        """Whether it still leads (a lock on a database connection goes with it)."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class AdvisoryLock:
+    """PostgreSQL's session-level advisory lock, held on one connection of its own: a
+    database restart drops it (and the lock) and `held` says so."""
+
+    def __init__(self, engine: Engine, stop: threading.Event) -> None:
+        self.engine = engine
+        self.stop = stop
+        self.conn: Connection | None = None
+
+    def take(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if self.conn is None:
+                    self.conn = self.engine.connect()
+                if repository.try_advisory_lock(self.conn, _LOCK_ID):
+                    return
+            except DATABASE_UNAVAILABLE:  # down or restarting: try again in a moment
+                self.release()
+            self.stop.wait(1.0)
+
+    def held(self) -> bool:
+        if self.conn is None:
+            return False
+        try:
+            repository.ping(self.conn)
+            self.conn.rollback()  # not left idle in a transaction; the lock is the session's
+        except DATABASE_UNAVAILABLE:
+            self.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = None
+
+
+class FileLock:
+    """An exclusive lock on a file beside the SQLite database (one machine)."""
+
+    def __init__(self, path: Path, stop: threading.Event) -> None:
+        self.file = open(path, "w")  # noqa: SIM115 - held for the monitor's lifetime
+        self.stop = stop
+        self.locked = False
+
+    def take(self) -> None:
+        while not self.stop.is_set():
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.locked = True
+                return
+            except BlockingIOError:
+                self.stop.wait(1.0)
+
+    def held(self) -> bool:
+        return self.locked
+
+    def release(self) -> None:
+        self.file.close()
 
 
 def main() -> None:

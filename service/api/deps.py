@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.auth import TenantRef, hash_api_key, keys_match
 from service.db import repository
 from service.db.models import Training
+from service.db.session import server_connect_args
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.http.app import PlatformDep
 from service.http.auth import authenticate, bearer_key
@@ -99,7 +100,11 @@ class LoopReads:
             # opening one (a server process, authentication) costs far more than the
             # wait for a pooled one.
             self._async = create_async_engine(
-                engine.url, isolation_level="AUTOCOMMIT", pool_size=16, max_overflow=0
+                engine.url,
+                isolation_level="AUTOCOMMIT",
+                pool_size=16,
+                max_overflow=0,
+                connect_args=server_connect_args(engine.url),
             )
 
     async def __call__(

@@ -84,6 +84,24 @@ class StatusEventOut(BaseModel):
     status: str
     at: datetime
     message: str | None = None
+    attempt: int = Field(default=1, description="The attempt the training was in.")
+
+
+class PastLearnerOut(BaseModel):
+    learner_id: int
+    status: str
+    exit_code: int | None
+    status_message: str | None = None
+
+
+class AttemptOut(BaseModel):
+    """An attempt of a training that was retried, as it ended."""
+
+    attempt: int
+    started_at: datetime | None = Field(default=None, description="When it started running.")
+    ended_at: datetime
+    message: str = Field(description="Why it ended and the next attempt started.")
+    learners: list[PastLearnerOut]
 
 
 class TrainingOut(BaseModel):
@@ -96,6 +114,12 @@ class TrainingOut(BaseModel):
     compute_configuration: ComputeOut
     learners: list[LearnerOut]
     status_history: list[StatusEventOut]
+    attempt: int = Field(
+        default=1, description="The attempt running or last run: 1, then one more per retry."
+    )
+    past_attempts: list[AttemptOut] = Field(
+        default_factory=list, description="The attempts before it (retry_policy)."
+    )
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
@@ -126,8 +150,11 @@ class TrainingOut(BaseModel):
                 for lr in t.learners
             ],
             status_history=[
-                StatusEventOut(status=e.status, at=e.at, message=e.message) for e in t.events
+                StatusEventOut(status=e.status, at=e.at, message=e.message, attempt=e.attempt)
+                for e in t.events
             ],
+            attempt=t.attempt,
+            past_attempts=[AttemptOut.model_validate(a) for a in t.past_attempts or ()],
             created_at=t.created_at,
             started_at=t.started_at,
             completed_at=t.completed_at,

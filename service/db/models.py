@@ -107,6 +107,13 @@ class Training(Base):
     # submission) and the results (at the end, learners' logs included).
     code_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     results_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # CHECKPOINT_DIR as last saved (at the end of each attempt), counted with them.
+    checkpoint_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The attempt running (1, then one more per retry), and the attempts before it as
+    # they ended: [{attempt, started_at, ended_at, message, learners: [{learner_id,
+    # status, exit_code, status_message}]}].
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    past_attempts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
     # Intent written by the API, acted on by the worker/monitor (data flows one way).
     stop_requested_at: Mapped[datetime | None] = mapped_column(default=None)
     delete_requested_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -153,6 +160,7 @@ class StatusEvent(Base):
     status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str | None] = mapped_column(Text, default=None)
     at: Mapped[datetime] = mapped_column(default=utcnow)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class Deployment(Base):

@@ -183,6 +183,16 @@ def queued_trainings(session: Session) -> Sequence[Training]:
 _ENDED = (TrainingState.COMPLETED, TrainingState.FAILED, TrainingState.HALTED)
 
 
+def training_statuses(session: Session, training_ids: Collection[str]) -> dict[str, str]:
+    """The status of each of these trainings that exists."""
+    if not training_ids:
+        return {}
+    rows = session.execute(
+        select(Training.id, Training.status).where(Training.id.in_(list(training_ids)))
+    )
+    return {row.id: row.status for row in rows}
+
+
 def trainings_to_delete(session: Session) -> Sequence[Training]:
     """Ended trainings whose deletion was requested while their learners ran."""
     stmt = select(Training).where(
@@ -210,8 +220,10 @@ class TrainingView:
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    attempt: int
+    past_attempts: list[dict[str, Any]] | None
     learners: Sequence[Any]  # rows: learner_id, status, exit_code
-    events: Sequence[Any]  # rows: status, at, message
+    events: Sequence[Any]  # rows: status, at, message, attempt
 
 
 _VIEW_COLUMNS = [f.name for f in fields(TrainingView) if f.name not in ("learners", "events")]
@@ -226,7 +238,7 @@ _VIEW_LEARNERS = (
     .order_by(Learner.learner_id)
 )
 _VIEW_EVENTS = (
-    select(StatusEvent.status, StatusEvent.at, StatusEvent.message)
+    select(StatusEvent.status, StatusEvent.at, StatusEvent.message, StatusEvent.attempt)
     .where(StatusEvent.training_id == bindparam("training_id"))
     .order_by(StatusEvent.id)
 )
@@ -310,7 +322,13 @@ def list_training_views(
         ):
             learners[lr.training_id].append(lr)
         for ev in conn.execute(
-            select(StatusEvent.training_id, StatusEvent.status, StatusEvent.at, StatusEvent.message)
+            select(
+                StatusEvent.training_id,
+                StatusEvent.status,
+                StatusEvent.at,
+                StatusEvent.message,
+                StatusEvent.attempt,
+            )
             .where(StatusEvent.training_id.in_(ids))
             .order_by(StatusEvent.id)
         ):
@@ -331,10 +349,10 @@ def tenant_training_count(session: Session, tenant_id: str, *statuses: str) -> i
 
 
 def tenant_stored_bytes(session: Session, tenant_id: str) -> int:
-    """The bytes stored for the tenant's trainings: code archives and results."""
-    stmt = select(func.coalesce(func.sum(Training.code_bytes + Training.results_bytes), 0)).where(
-        Training.tenant_id == tenant_id
-    )
+    """The bytes stored for the tenant's trainings: code archives, results and saved
+    checkpoints."""
+    stored = Training.code_bytes + Training.results_bytes + Training.checkpoint_bytes
+    stmt = select(func.coalesce(func.sum(stored), 0)).where(Training.tenant_id == tenant_id)
     return int(session.scalar(stmt) or 0)
 
 

@@ -8,12 +8,25 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.private import private_file
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# What SQLAlchemy raises when the database cannot be used now: the server is down or
+# restarting (a refused or dropped connection), a connection was lost mid-request, or no
+# pooled connection came free in time. The same work may succeed a moment later (the API
+# answers 503; the worker's tasks are retried).
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+)
+# Seconds to wait for a server connection to open: a database host that does not answer
+# (down, or a dropped route) fails the request (503) instead of holding it for minutes.
+CONNECT_TIMEOUT = 5
 # Arbitrary constant: API replicas starting together take turns migrating (PostgreSQL).
 _MIGRATION_LOCK_ID = 0x444C4141
 
@@ -38,7 +51,22 @@ def make_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # Pre-ping: a pooled connection the server closed (a restart) is replaced before use,
+    # so the first request after the database comes back succeeds.
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args=server_connect_args(url),
+    )
+
+
+def server_connect_args(url: str | URL) -> dict[str, Any]:
+    """The connect timeout for a server database, unless the URL sets its own."""
+    if "connect_timeout" in make_url(url).query:
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT}
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -3,6 +3,10 @@
 Pure data. The defaults mirror the seed documents (TensorFlow 1.5, P100 for distributed
 jobs, a Lite plan without distributed training) plus the TensorFlow 2.x line the local
 runtime ships; an operator replaces any section with a YAML file (DLAAS_CATALOG_FILE).
+
+Each framework version runs in a runtime (FrameworkSpec.runtimes): `platform`, the
+platform's own Python with its `tensorflow` extra, or a pinned environment whose
+requirements live in the repository's `runtimes/NAME.txt` (service.runtimes installs it).
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# The platform's own Python environment (sys.executable's), always installed.
+PLATFORM_RUNTIME = "platform"
 
 
 class _Frozen(BaseModel):
@@ -28,6 +35,20 @@ class FrameworkSpec(_Frozen):
     # scoring. Not given (an operator's catalog from before this setting): judged by the
     # framework's name, see Catalog.native_tensorflow.
     native_tensorflow: bool | None = None
+    # The runtime each version runs in: "platform" or a file runtimes/<name>.txt. A version
+    # not named here (an operator's catalog from before this setting) runs in "platform".
+    runtimes: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _runtimes_of_offered_versions(self) -> FrameworkSpec:
+        unknown = set(self.runtimes) - set(self.versions)
+        if unknown:
+            raise ValueError(f"runtimes name versions not offered: {', '.join(sorted(unknown))}")
+        return self
+
+    def runtime(self, version: str) -> str:
+        """The runtime `version` runs in."""
+        return self.runtimes.get(version, PLATFORM_RUNTIME)
 
 
 class ComputeSpec(_Frozen):
@@ -57,6 +78,9 @@ class PlanSpec(_Frozen):
     max_log_bytes_per_training: int = Field(default=256 * 2**20, ge=1)
     default_max_runtime: int = Field(default=24 * 3600, ge=1)
     max_max_runtime: int = Field(default=7 * 24 * 3600, ge=1)
+    # How many times a training may be started again (its manifest's retry_policy): a
+    # retry holds the tenant's learners again, so the plan caps it.
+    max_retries: int = Field(default=3, ge=0)
 
     @model_validator(mode="after")
     def _default_within_maximum(self) -> PlanSpec:
@@ -88,25 +112,56 @@ class Catalog(_Frozen):
             return framework_name.startswith("tensorflow")
         return spec.native_tensorflow
 
+    def runtime(self, framework_name: str, version: str) -> str:
+        """The runtime trainings of (framework, version) run in; "platform" for a framework
+        no longer in the catalog."""
+        spec = self.frameworks.get(framework_name)
+        return spec.runtime(version) if spec is not None else PLATFORM_RUNTIME
+
+    def runtimes_used(self) -> dict[str, list[tuple[str, str]]]:
+        """Each runtime the catalog names, with the (framework, version) pairs it serves."""
+        used: dict[str, list[tuple[str, str]]] = {PLATFORM_RUNTIME: []}
+        for name, spec in sorted(self.frameworks.items()):
+            for version in spec.versions:
+                used.setdefault(spec.runtime(version), []).append((name, version))
+        return used
+
 
 TENSORFLOW_VERSIONS = ("1.5", "2.21")
+# Both TensorFlow versions run in the platform's own environment, TensorFlow 2.21: 1.5 (the
+# seed documents') cannot run on Python 3.11, so a "1.5" script is served by TensorFlow 2.x,
+# where its graph-mode API is `tf.compat.v1`.
+_PLATFORM_TENSORFLOW = dict.fromkeys(TENSORFLOW_VERSIONS, PLATFORM_RUNTIME)
+# Horovod 0.28.1 (its last release) builds against TensorFlow 2.14 at the newest, so both
+# versions of the MPI frameworks run in runtimes/horovod-tf2.14.txt (TensorFlow 2.14.1,
+# Horovod 0.28.1, Open MPI 5). DDL trainings run in runtimes/ddl-tf2.14.txt: the same pins plus the
+# open `ddl` package (runtimes/packages/ddl), IBM DDL's API over Horovod's collectives.
+HOROVOD_RUNTIME = "horovod-tf2.14"
+_HOROVOD = dict.fromkeys(TENSORFLOW_VERSIONS, HOROVOD_RUNTIME)
+DDL_RUNTIME = "ddl-tf2.14"
+_DDL = dict.fromkeys(TENSORFLOW_VERSIONS, DDL_RUNTIME)
 
 DEFAULT_CATALOG = Catalog(
     frameworks={
         "tensorflow": FrameworkSpec(
-            versions=TENSORFLOW_VERSIONS, distribution="parameter_server", native_tensorflow=True
+            versions=TENSORFLOW_VERSIONS,
+            distribution="parameter_server",
+            native_tensorflow=True,
+            runtimes=_PLATFORM_TENSORFLOW,
         ),
         "tensorflow-ddl": FrameworkSpec(
             versions=TENSORFLOW_VERSIONS,
             distribution="mpi",
             requires_multiple_nodes=True,
             native_tensorflow=True,
+            runtimes=_DDL,
         ),
         "tensorflow-horovod": FrameworkSpec(
             versions=TENSORFLOW_VERSIONS,
             distribution="mpi",
             requires_multiple_nodes=True,
             native_tensorflow=True,
+            runtimes=_HOROVOD,
         ),
     },
     compute_configurations={
@@ -129,6 +184,7 @@ DEFAULT_CATALOG = Catalog(
             max_log_bytes_per_training=16 * 2**20,
             default_max_runtime=3600,
             max_max_runtime=6 * 3600,
+            max_retries=1,
         ),
         "standard": PlanSpec(
             distributed=True,

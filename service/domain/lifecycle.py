@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from service.domain.retries import Retries, final_message, retry_cause, retrying_message
 from service.domain.states import TrainingState
 
 
@@ -37,6 +38,9 @@ class LearnerObservation:
 class Action(StrEnum):
     STOP = "stop"  # stop every learner (the training is ending or asked to stop)
     FINALIZE = "finalize"  # the training is terminal: stop what is left, archive, clean up
+    # The attempt failed in a way its retry_policy covers: record the next attempt and
+    # start it (the worker stops what is left of this one and saves its checkpoints first).
+    RETRY = "retry"
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,12 @@ def decide(
     started_at: datetime | None,
     max_runtime: int | None,
     now: datetime,
+    attempt: int = 1,
+    retries: Retries | None = None,
 ) -> Decision:
-    """The next step for an active (PENDING..STORING) training."""
+    """The next step for an active (PENDING..STORING) training in its `attempt`, whose
+    manifest's retry policy is `retries`; `started_at` is when this attempt started
+    running (max_runtime bounds each attempt)."""
     if current.terminal or current == TrainingState.QUEUED:
         return Decision()
     if stop_requested:
@@ -82,10 +90,20 @@ def decide(
         return Decision(actions=(Action.STOP,))
 
     primary_ids = set(primaries)
-    for obs in learners:
-        # Exit 0 (COMPLETED) is never a failure, whichever learner it is and whenever.
-        if obs.phase in ("FAILED", "LOST", "HALTED"):
-            return Decision(TrainingState.FAILED, _failure(obs), (Action.FINALIZE,))
+    # Exit 0 (COMPLETED) is never a failure, whichever learner it is and whenever.
+    failed = [obs for obs in learners if obs.phase in ("FAILED", "LOST", "HALTED")]
+    if failed:
+        cause = retry_cause(failed, retries, attempt)
+        if cause is not None and retries is not None:
+            return Decision(
+                message=retrying_message(attempt, retries, _failure(cause)),
+                actions=(Action.RETRY,),
+            )
+        return Decision(
+            TrainingState.FAILED,
+            final_message(attempt, retries, _failure(failed[0])),
+            (Action.FINALIZE,),
+        )
 
     if learners and all(
         obs.phase == "COMPLETED" for obs in learners if obs.learner_id in primary_ids
@@ -97,7 +115,11 @@ def decide(
         if elapsed > max_runtime:
             return Decision(
                 TrainingState.FAILED,
-                f"timeout: the training ran longer than max_runtime ({max_runtime} s)",
+                final_message(
+                    attempt,
+                    retries,
+                    f"timeout: the training ran longer than max_runtime ({max_runtime} s)",
+                ),
                 (Action.FINALIZE,),
             )
 

@@ -86,6 +86,25 @@ class EvaluationMetric(_Strict):
     regex: str = Field(description="Applied to every log line; its one group is the value.")
 
 
+class RetryPolicy(_Strict):
+    """When a failed training is started again, as a new attempt that resumes from the
+    checkpoints the last one left in CHECKPOINT_DIR (see service.domain.retries)."""
+
+    max_retries: int = Field(
+        default=0, ge=0, description="Attempts after the first; at most the plan's max_retries."
+    )
+    retry_on_lost: bool = Field(
+        default=False,
+        description="Retry when a learner is lost: its process or pod gone, killed by "
+        "SIGKILL (the out-of-memory killer, a node shut down), or the platform shut down.",
+    )
+    retry_on_exit_codes: list[int] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Retry when a learner's command exits with one of these codes (1..255).",
+    )
+
+
 class Manifest(_Strict):
     """A training manifest in canonical form (the seed documents' flat keys are aliases)."""
 
@@ -111,6 +130,9 @@ class Manifest(_Strict):
         gt=0,
         description="Seconds; a training running longer is FAILED. Not given: the plan's "
         "default; at most the plan's maximum.",
+    )
+    retry_policy: RetryPolicy | None = Field(
+        default=None, description="Not given: a failed training is not retried."
     )
 
     @property
@@ -335,6 +357,7 @@ def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[Fi
         *_metric_errors(manifest.evaluation_metrics),
         *_plan_errors(manifest.nodes, distributed, catalog, plan_name),
         *_runtime_errors(manifest.max_runtime, catalog, plan_name),
+        *_retry_errors(manifest.retry_policy, catalog, plan_name),
     ]
 
 
@@ -427,6 +450,31 @@ def _metric_errors(metrics: list[EvaluationMetric]) -> Iterator[FieldError]:
 def _runtime_errors(max_runtime: int | None, catalog: Catalog, plan_name: str) -> list[FieldError]:
     plan = catalog.plans.get(plan_name)
     return [] if plan is None else max_runtime_errors(plan_name, plan, max_runtime)
+
+
+def _retry_errors(
+    policy: RetryPolicy | None, catalog: Catalog, plan_name: str
+) -> Iterator[FieldError]:
+    """Retries are capped by the plan; the exit codes listed are failures (0 never is)."""
+    if policy is None:
+        return
+    plan = catalog.plans.get(plan_name)
+    if plan is not None and policy.max_retries > plan.max_retries:
+        yield FieldError(
+            "/retry_policy/max_retries",
+            f"the {plan_name} plan allows at most {plan.max_retries} retries; "
+            f"got {policy.max_retries}",
+        )
+    seen: set[int] = set()
+    for i, code in enumerate(policy.retry_on_exit_codes):
+        if not 1 <= code <= 255:
+            yield FieldError(
+                f"/retry_policy/retry_on_exit_codes/{i}",
+                f"must be an exit code from 1 to 255 (0 is success); got {code}",
+            )
+        elif code in seen:
+            yield FieldError(f"/retry_policy/retry_on_exit_codes/{i}", f"{code} is given twice")
+        seen.add(code)
 
 
 def _plan_errors(

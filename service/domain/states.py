@@ -3,7 +3,8 @@
 QUEUED -> PENDING -> DOWNLOADING -> RUNNING -> STORING -> COMPLETED, and any non-terminal
 state may go to FAILED or HALTED (a user's stop). Terminal states are final. States may be
 skipped forward (a monitor that polls can see a learner go from PENDING straight to
-RUNNING) but never backwards.
+RUNNING) but never backwards, except by a new *attempt* (a retry: `check_restart`), which
+takes an active training back to PENDING with the same id.
 """
 
 from __future__ import annotations
@@ -66,3 +67,10 @@ def can_transition(current: TrainingState, new: TrainingState) -> bool:
 def check_transition(current: TrainingState, new: TrainingState) -> None:
     if not can_transition(current, new):
         raise InvalidTransition(current, new)
+
+
+def check_restart(current: TrainingState) -> None:
+    """A new attempt starts the progression again, from PENDING: only a training that
+    holds learners (an active one) can be started again; a terminal one is final."""
+    if current not in ACTIVE_STATES:
+        raise InvalidTransition(current, TrainingState.PENDING)

@@ -23,9 +23,10 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import hash_api_key, keys_match
+from service.db.session import DATABASE_UNAVAILABLE
 from service.errors import DlaasError, PayloadTooLarge
 from service.http.auth import authenticate, bearer_key
-from service.http.problems import dlaas_problem
+from service.http.problems import database_unavailable, dlaas_problem
 from service.platform import Platform
 
 _PREDICTIONS = re.compile(r"/v1/deployments/[^/]+/predictions")
@@ -144,7 +145,10 @@ class RequestGate:
             return
         if keys_match(key, self.platform.admin_key):
             return
-        await run_in_threadpool(authenticate, self.platform, key)
+        try:
+            await run_in_threadpool(authenticate, self.platform, key)
+        except DATABASE_UNAVAILABLE as e:  # out here no exception handler of the app sees it
+            raise database_unavailable(e) from e
 
     @staticmethod
     async def _refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:

@@ -13,7 +13,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from service.errors import DlaasError, FieldError
+from service.db.session import DATABASE_UNAVAILABLE
+from service.errors import DlaasError, FieldError, ServiceUnavailable
+from service.logs import LogStoreUnavailable
 
 log = logging.getLogger("dlaas.api")
 PROBLEM_JSON = "application/problem+json"
@@ -58,6 +60,21 @@ def dlaas_problem(exc: DlaasError, instance: str) -> JSONResponse:
     )
 
 
+# Seconds a client is asked to wait before it tries again.
+RETRY_AFTER_SECONDS = 5
+
+
+def database_unavailable(exc: Exception) -> ServiceUnavailable:
+    """The 503 for a request the database could not serve (`exc`, one of
+    DATABASE_UNAVAILABLE), with Retry-After; the cause is logged, never sent."""
+    log.warning("the database is unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+    error = ServiceUnavailable(
+        "the database is unavailable (unreachable or restarting); try again shortly"
+    )
+    error.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return error
+
+
 def _request_field(loc: tuple[Any, ...]) -> str:
     # ("body", "model_definition") -> "model_definition"; ("query", "limit") -> "limit"
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else loc
@@ -68,6 +85,18 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas(request: Request, exc: DlaasError) -> JSONResponse:
         return dlaas_problem(exc, request.url.path)
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        return dlaas_problem(database_unavailable(exc), request.url.path)
+
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database)
+
+    @app.exception_handler(LogStoreUnavailable)
+    async def _log_store(request: Request, exc: LogStoreUnavailable) -> JSONResponse:
+        error = ServiceUnavailable(f"training logs cannot be read now: {exc}; try again shortly")
+        error.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return dlaas_problem(error, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import TypedDict
 
 from service.domain.metrics import MetricMatch, metric_pattern
-from service.logs.base import LogRecord, LogStore, iso_utc
+from service.logs.base import LogRecord, LogStore, LogStoreUnavailable, iso_utc
 
 __all__ = [
     "LogPage",
     "LogRecord",
     "LogStore",
+    "LogStoreUnavailable",
     "MetricPoint",
     "all_records",
     "extract_metrics",

@@ -21,6 +21,11 @@ def iso_utc(ts: float) -> str:
     return stamp.replace("+00:00", "Z")
 
 
+class LogStoreUnavailable(Exception):
+    """The log store cannot be reached now (its server is down or restarting); str(err)
+    names the store, never a password."""
+
+
 @dataclass(frozen=True)
 class LogRecord:
     learner: int

@@ -7,13 +7,14 @@ records come in arrival order (the order the stream received them).
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import redis
 
-from service.logs.base import LogRecord
+from service.logs.base import LogRecord, LogStoreUnavailable
 
 KEY_PREFIX = "dlaas:logs:"
 MAX_LEN = 1_000_000  # entries kept per training (approximately; older ones are trimmed)
@@ -38,6 +39,17 @@ class RedisLogStore:
         self.client = redis.Redis.from_url(
             url, decode_responses=True, encoding_errors="replace", socket_connect_timeout=5
         )
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        self.description = f"the Redis log store at {where}"
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A server that is down or restarting: LogStoreUnavailable, naming the store."""
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise LogStoreUnavailable(f"{self.description} is unavailable: {e}") from e
 
     @staticmethod
     def key(training_id: str) -> str:
@@ -53,7 +65,8 @@ class RedisLogStore:
         for r in records:
             fields: dict[Any, Any] = {"learner": r.learner, "ts": repr(r.ts), "line": r.line}
             pipe.xadd(key, fields, maxlen=MAX_LEN, approximate=True)
-        pipe.execute()
+        with self._reaching():
+            pipe.execute()
 
     def read(
         self, training_id: str, cursor: str | None = None, limit: int = 10_000
@@ -63,10 +76,11 @@ class RedisLogStore:
         last = _cursor(cursor)
         if limit <= 0:
             return [], last
-        entries = cast(
-            list[tuple[str, dict[str, str]]],
-            self.client.xrange(self.key(training_id), min=f"({last}", max="+", count=limit),
-        )
+        with self._reaching():
+            entries = cast(
+                list[tuple[str, dict[str, str]]],
+                self.client.xrange(self.key(training_id), min=f"({last}", max="+", count=limit),
+            )
         records = [_record(fields) for _id, fields in entries]
         return records, entries[-1][0] if entries else last
 
@@ -74,14 +88,16 @@ class RedisLogStore:
         """Return once an entry exists after `cursor`, or after `timeout` seconds.
         Raises ValueError for an invalid cursor."""
         streams: dict[Any, Any] = {self.key(training_id): _cursor(cursor)}
-        if timeout <= 0:  # BLOCK 0 would wait forever
-            self.client.xread(streams, count=1)
-        else:
-            self.client.xread(streams, count=1, block=max(1, round(timeout * 1000)))
+        with self._reaching():
+            if timeout <= 0:  # BLOCK 0 would wait forever
+                self.client.xread(streams, count=1)
+            else:
+                self.client.xread(streams, count=1, block=max(1, round(timeout * 1000)))
 
     def delete(self, training_id: str) -> None:
         """Remove the training's stream."""
-        self.client.delete(self.key(training_id))
+        with self._reaching():
+            self.client.delete(self.key(training_id))
 
     def close(self) -> None:
         """Release the connection pool."""

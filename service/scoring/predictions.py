@@ -20,11 +20,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import TenantRef, hash_api_key
+from service.db.session import DATABASE_UNAVAILABLE
 from service.deployments import scoring_target
 from service.domain.deployments import ScoringTarget
 from service.errors import DlaasError, ServiceUnavailable
 from service.http.auth import authenticate, bearer_key
-from service.http.problems import dlaas_problem
+from service.http.problems import database_unavailable, dlaas_problem
 from service.platform import Platform
 from service.scoring.inputs import encode_answer
 from service.scoring.service import ScoringService
@@ -134,6 +135,8 @@ class FastPredictions:
                     response = await predict(request, match.group(1))
                 except DlaasError as exc:
                     response = dlaas_problem(exc, scope["path"])
+                except DATABASE_UNAVAILABLE as exc:  # ahead of the app's handlers: 503 here
+                    response = dlaas_problem(database_unavailable(exc), scope["path"])
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -6,6 +6,7 @@ The platform's store:
     trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable
     trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
+    trainings/<id>/checkpoints/attempt-<n>/...     CHECKPOINT_DIR as attempt n left it
     deployments/<id>/model/...                     the deployed copy of the SavedModel
 A user's results bucket (the manifest's training_results_reference), WML's layout:
     training-<id>/...                              the same tree as trainings/<id>/results/
@@ -44,6 +45,26 @@ def saved_model_prefix(training_id: str) -> str:
 
 def saved_model_key(training_id: str) -> str:
     return f"{results_prefix(training_id)}{SAVED_MODEL_FILE}"
+
+
+def checkpoints_prefix(training_id: str) -> str:
+    """Every saved CHECKPOINT_DIR of the training (only the latest attempt's is kept)."""
+    return f"{training_prefix(training_id)}checkpoints/"
+
+
+def attempt_checkpoints_prefix(training_id: str, attempt: int) -> str:
+    """CHECKPOINT_DIR as `attempt` left it."""
+    return f"{checkpoints_prefix(training_id)}attempt-{attempt}/"
+
+
+def checkpoint_attempt(training_id: str, key: str) -> int | None:
+    """The attempt whose saved CHECKPOINT_DIR `key` is in, or None if it is in none."""
+    rest = key.removeprefix(checkpoints_prefix(training_id))
+    if rest == key:
+        return None
+    head = rest.split("/", 1)[0]
+    number = head.removeprefix("attempt-")
+    return int(number) if number != head and number.isdigit() else None
 
 
 def learner_log_key(results: str, learner_id: int) -> str:

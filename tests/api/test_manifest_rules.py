@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.platform import Platform
 from tests.conftest import create_tenant, manifest_yaml, submit
 from tests.manifest_cases import ACCEPTED, REJECTED, Case
 
@@ -28,12 +29,28 @@ def test_rule_violations_are_refused(client: TestClient, case: Case) -> None:
     assert client.get("/v1/trainings", headers=headers).json()["items"] == []
 
 
+def _framework(manifest: dict[str, Any]) -> tuple[str, str]:
+    fw = manifest.get("framework", {})
+    return (
+        fw.get("name", manifest.get("FRAMEWORK_NAME")),
+        str(fw.get("version", manifest.get("FRAMEWORK_VERSION"))),
+    )
+
+
 @pytest.mark.parametrize(("name", "manifest", "plan"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
 def test_valid_manifests_are_accepted(
-    client: TestClient, name: str, manifest: dict[str, Any], plan: str
+    client: TestClient, platform: Platform, name: str, manifest: dict[str, Any], plan: str
 ) -> None:
     headers = create_tenant(client, f"t-{name}", plan)
     r = submit(client, headers, json.dumps(manifest))
+    runtime = platform.catalog.runtime(*_framework(manifest))
+    if runtime not in platform.installed_runtimes():
+        # Valid, but its runtime is not installed in these tests' empty runtimes directory
+        # (tests/api/test_runtime_check.py): refused for that alone.
+        assert r.status_code == 422, r.text
+        assert [e["field"] for e in r.json()["errors"]] == ["/framework/version"]
+        assert f"dlaas runtimes install {runtime}" in r.json()["detail"]
+        return
     assert r.status_code == 201, r.text
     assert r.json()["compute_configuration"]["nodes"] == manifest.get(
         "compute_configuration", manifest.get("COMPUTE_CONFIGURATION", {})

@@ -141,3 +141,23 @@ def test_the_scoring_app_has_the_same_gate(platform: Platform, tenant: dict[str,
         assert c.post(url, content=b'{"instances": [[1.0]]}', headers=tenant).status_code == 404
         r = c.post(url, content=b"[" + b"1," * PREDICTION_CAP + b"1]", headers=tenant)
         assert r.status_code == 413
+
+
+def test_a_prediction_the_database_cannot_serve_is_a_503_problem(
+    client: TestClient, tenant: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The predictions fast path answers ahead of the app's handlers: a database down while
+    it looks up the deployment is its 503 too, never a 500."""
+    from sqlalchemy.exc import OperationalError
+
+    import service.scoring.predictions as predictions
+
+    def down(*args: object) -> object:
+        raise OperationalError("SELECT", {}, Exception("the database system is shutting down"))
+
+    monkeypatch.setattr(predictions, "scoring_target", down)
+    r = client.post("/v1/deployments/d1/predictions", json={"instances": [[1.0]]}, headers=tenant)
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.headers["retry-after"] == "5"
+    assert "the database is unavailable" in r.json()["detail"]

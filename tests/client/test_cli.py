@@ -157,3 +157,53 @@ def test_usage_prints_the_use_against_the_plan(capsys: pytest.CaptureFixture[str
     assert f"queued trainings 0 {lite.max_queued_trainings}" in lines
     assert f"deployments 0 {lite.max_deployments}" in lines
     assert f"max_runtime maximum (s) {lite.max_max_runtime}" in lines
+
+
+def test_show_prints_the_attempt_and_every_attempt_before_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dlaas.models import Training
+
+    at = "2026-01-01T12:00:00Z"
+    training = Training.from_json(
+        {
+            "id": "t1",
+            "name": "resumed",
+            "status": "COMPLETED",
+            "status_message": None,
+            "framework": {"name": "tensorflow", "version": "2.21"},
+            "compute_configuration": {"name": "P100", "nodes": 2},
+            "learners": [
+                {"learner_id": 1, "status": "COMPLETED", "exit_code": 0},
+                {"learner_id": 2, "status": "COMPLETED", "exit_code": 0},
+            ],
+            "attempt": 2,
+            "past_attempts": [
+                {
+                    "attempt": 1,
+                    "started_at": at,
+                    "ended_at": at,
+                    "message": "attempt 1 of 2 failed: learner 2 was lost",
+                    "learners": [
+                        {"learner_id": 1, "status": "HALTED", "exit_code": -15},
+                        {"learner_id": 2, "status": "LOST", "exit_code": None},
+                    ],
+                }
+            ],
+            "status_history": [
+                {"status": "RUNNING", "at": at, "attempt": 1},
+                {"status": "PENDING", "at": at, "attempt": 2, "message": "retrying"},
+                {"status": "COMPLETED", "at": at, "attempt": 2},
+            ],
+            "created_at": at,
+        }
+    )
+    cli._show_training(training)
+    out = capsys.readouterr().out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert "attempt 2" in lines
+    assert any(line.startswith("Attempt 1 (ended") for line in lines)
+    assert "attempt 1 of 2 failed: learner 2 was lost" in out
+    assert "2 LOST -" in lines and "1 HALTED -15 (SIGTERM)" in lines
+    # The history says which attempt each entry belongs to.
+    assert any(line.endswith("2 PENDING retrying") for line in lines)

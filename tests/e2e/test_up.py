@@ -27,6 +27,7 @@ from service.db.models import Base
 from service.db.session import make_engine
 from tests.conftest import CODE_ZIP, manifest_yaml
 from tests.integration.platform_harness import training_processes
+from tests.integration.test_retries import TRAIN
 
 pytestmark = pytest.mark.e2e
 
@@ -256,6 +257,57 @@ def test_ctrl_c_halts_running_trainings_and_the_next_up_resumes(tmp_path: Path) 
             assert any("tick=0" in line for line in client.trainings.logs(running.id))
             done = client.trainings.wait(queued.id, timeout=60, poll_interval=0.1)
             assert done.status == "COMPLETED", done
+        assert up.stop() == 0
+    finally:
+        up.kill()
+
+
+def test_ctrl_c_interrupts_a_retried_training_and_the_next_up_resumes_it(tmp_path: Path) -> None:
+    """A training whose retry_policy covers lost learners is not halted by a shutdown: it
+    resumes from its checkpoints as its next attempt when `dlaas up` starts again."""
+    home = tmp_path / "home"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN)
+    doc = {
+        "name": "resumed",
+        "framework": {
+            "name": "tensorflow",
+            "version": "2.21",
+            "command": "python3 train.py hang 8",
+        },
+        "compute_configuration": {"name": "K80", "nodes": 1},
+        "retry_policy": {"max_retries": 1, "retry_on_lost": True},
+    }
+    up = start_up(home)
+    try:
+        with up.client() as client:
+            training = client.trainings.create(doc, code)
+            deadline = time.monotonic() + 60
+            while not any(
+                "step 5 checkpointed" in line for line in client.trainings.logs(training.id)
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert up.stop(signal.SIGINT) == 0, up.output
+        assert "interrupted 1 training(s) that resume from their checkpoints" in up.output
+        assert "running training(s)" not in up.output
+        assert training_processes(training.id) == []
+    finally:
+        up.kill()
+
+    up = start_up(home)
+    try:
+        with up.client() as client:
+            waiting = client.trainings.get(training.id)
+            assert waiting.attempt == 2
+            assert waiting.status_message and "resumes as attempt 2" in waiting.status_message
+            done = client.trainings.wait(training.id, timeout=90, poll_interval=0.2)
+            assert done.status == "COMPLETED", done
+            assert done.attempt == 2 and len(done.past_attempts) == 1
+            log = "\n".join(client.trainings.logs(training.id))
+            assert "resumed from checkpoint step 5" in log
+            assert log.count("step 1 checkpointed") == 1
         assert up.stop() == 0
     finally:
         up.kill()

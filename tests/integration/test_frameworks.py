@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.runtimes import RuntimeInfo
 from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
 
 pytestmark = pytest.mark.integration
@@ -86,7 +87,9 @@ def test_multi_worker_mirrored_strategy(live: LivePlatform, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("framework", ["tensorflow-horovod", "tensorflow-ddl"])
-def test_mpi_ranks_span_two_learner_hosts(live: LivePlatform, framework: str) -> None:
+def test_mpi_ranks_span_two_learner_hosts(
+    live: LivePlatform, framework: str, mpi_runtime: RuntimeInfo
+) -> None:
     t = live.submit(
         manifest(framework, "python3 train.py --steps 20", 2), EXAMPLES / "mpi-allreduce"
     )

@@ -220,6 +220,9 @@ class ScriptedBackend:
     def cleanup(self, training_id: str) -> None:
         pass
 
+    def held(self) -> list[str]:
+        return []
+
     def slots(self) -> int:
         return 1000
 

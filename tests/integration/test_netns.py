@@ -196,6 +196,71 @@ def test_holder_survives_creator_then_attach_and_destroy(tmp_path: Path) -> None
     assert Path("/proc/self/mounts").read_text() == host_mounts  # /etc/hosts mounts stay inside
 
 
+def _created_then_killed(state_dir: Path) -> LearnerNetwork:
+    """A network made by a creator killed -9 before it recorded it: as a worker killed
+    inside create(), between starting the holder and writing state.json."""
+    creator = textwrap.dedent(f"""
+        import json, sys, time
+        from pathlib import Path
+        from worker.backends.netns import LearnerNetwork
+        state_dir = Path({str(state_dir)!r})
+        net = LearnerNetwork.create("t1", ["o-1", "o-2"], state_dir)
+        (state_dir / "state.json").rename(state_dir / "seen.json")  # never recorded
+        print(flush=True)
+        time.sleep(300)
+    """)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", creator], stdout=subprocess.PIPE, text=True, cwd=root
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.kill()
+    proc.wait()
+    seen = (state_dir / "seen.json").read_text()
+    (state_dir / "seen.json").unlink()
+    import json
+
+    net = LearnerNetwork(state_dir=state_dir, **json.loads(seen))
+    assert all(_live(p) for p in [net.holder_pid, *net.pids.values()])
+    return net
+
+
+def test_attach_kills_a_network_its_dead_creator_never_recorded(tmp_path: Path) -> None:
+    orphan = _created_then_killed(tmp_path / "net")
+    try:
+        assert LearnerNetwork.attach(tmp_path / "net") is None
+        assert not any(_live(p) for p in [orphan.holder_pid, *orphan.pids.values()])
+    finally:
+        orphan.destroy()
+
+
+def test_create_kills_what_an_interrupted_create_left(tmp_path: Path) -> None:
+    orphan = _created_then_killed(tmp_path / "net")
+    net = LearnerNetwork.create("t1", ["o-1", "o-2"], tmp_path / "net")
+    try:
+        assert not any(_live(p) for p in [orphan.holder_pid, *orphan.pids.values()])
+        assert _run(net, "o-2", "hostname").stdout.strip() == "o-2"
+        # A network whose creator is alive, and the recorded one, are not orphans.
+        assert LearnerNetwork.attach(tmp_path / "net") is not None
+        assert all(_live(p) for p in [net.holder_pid, *net.pids.values()])
+    finally:
+        orphan.destroy()
+        net.destroy()
+
+
+def test_a_probe_kills_the_networks_of_interrupted_probes() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dlaas-netns-probe-") as tmp:
+        orphan = _created_then_killed(Path(tmp) / "net")
+        try:
+            assert namespaces_available.__wrapped__() == (True, "")
+            assert not any(_live(p) for p in [orphan.holder_pid, *orphan.pids.values()])
+        finally:
+            orphan.destroy()
+
+
 def test_attach_after_holder_died_cleans_up(make_net: MakeNet) -> None:
     net = make_net(["d-1"])
     os.kill(net.holder_pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 from service import sandbox, tenants
 from service.db.models import Training
 from service.platform import Platform
+from service.runtimes import RuntimeInfo
 from service.sandbox import limits
 from service.settings import Settings
 from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
@@ -154,15 +156,21 @@ def targets(live: LivePlatform, victim: dict[str, Any], outside: Path) -> dict[s
     }
 
 
-def assert_contained(found: dict[str, Any], victim: dict[str, Any], training_id: str) -> None:
+def assert_contained(
+    found: dict[str, Any],
+    victim: dict[str, Any],
+    training_id: str,
+    python: str = sys.executable,
+) -> None:
     assert found["read"] == dict.fromkeys(found["read"]), found["read"]
     # DLAAS_HOME shows only the path down to the training's own directories.
     assert found["listed"]["home"] == ["work"], found["listed"]
     assert found["listed"]["work"] == [training_id], found["listed"]
-    # /root (the platform user's home here) shows at most the runtime's Python below it.
+    # /root (the platform user's home here) shows at most the runtime's Python below it
+    # (`python`: the training's runtime; the platform's, or one under the runtimes dir).
     runtime = {
         Path(p).relative_to("/root").parts[0]
-        for p in sandbox.runtime_paths()
+        for p in sandbox.runtime_paths(python)
         if p.startswith("/root/")
     }
     assert set(found["listed"]["root_home"] or []) <= runtime, found["listed"]
@@ -219,7 +227,11 @@ def test_a_hostile_training_finds_nothing_and_still_trains(
 
 @pytest.mark.parametrize("framework", ["tensorflow-horovod", "tensorflow-ddl"])
 def test_mpi_ranks_are_sandboxed_too(
-    live: LivePlatform, victim: dict[str, Any], tmp_path: Path, framework: str
+    live: LivePlatform,
+    victim: dict[str, Any],
+    tmp_path: Path,
+    framework: str,
+    mpi_runtime: RuntimeInfo,
 ) -> None:
     pytest.importorskip("mpi4py", reason="install the mpi extra")
     goal = targets(live, victim, tmp_path)
@@ -240,7 +252,7 @@ def test_mpi_ranks_are_sandboxed_too(
     results = live.results(t["id"])
     for rank in (0, 1):
         found = json.loads(results[f"probe-rank-{rank}.json"])
-        assert_contained(found, victim, t["id"])
+        assert_contained(found, victim, t["id"], mpi_runtime.python)
     assert not (live.settings.home_dir / "pwned.txt").exists()
     assert not (tmp_path / "pwned.txt").exists()
 

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.platform import Platform
+from service.runtimes import RuntimeInfo
 from service.settings import Settings
 from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
 
@@ -52,7 +53,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
 
 
 @pytest.fixture(scope="module")
-def trainings(live: LivePlatform) -> dict[str, str]:
+def trainings(live: LivePlatform, horovod_runtime: RuntimeInfo) -> dict[str, str]:
     """Both trainings submitted at once; each test waits for its own."""
     keras = live.submit(
         manifest("keras", "tensorflow", "python3 train.py --epochs 3", 1),

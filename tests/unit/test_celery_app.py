@@ -63,3 +63,45 @@ def test_celery_dash_a_finds_an_app_made_from_the_environment(
     assert (tmp_path / "env-home" / "broker").is_dir()
     with pytest.raises(AttributeError):
         worker.celery_app.nothing_here  # noqa: B018
+
+
+@pytest.mark.parametrize("task", [dispatch.LAUNCH, dispatch.FINALIZE])
+def test_a_task_that_meets_the_database_down_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    calls: list[str] = []
+
+    def flaky(platform: object, backend: object, training_id: str) -> None:
+        calls.append(training_id)
+        if len(calls) < 3:
+            raise OperationalError("SELECT 1", {}, Exception("the database system is starting up"))
+
+    backend = SimpleNamespace(unsandboxed_reason=lambda: None)
+    monkeypatch.setattr(worker.celery_app.Platform, "from_settings", lambda s: object())
+    monkeypatch.setattr(worker.celery_app, "make_backend", lambda settings: backend)
+    name = "launch" if task == dispatch.LAUNCH else "finalize"
+    monkeypatch.setattr(worker.celery_app.execution, name, flaky)
+    app = create_celery_app(Settings(home=tmp_path / "home"))
+    app.conf.task_always_eager = True  # retries run at once, in this thread
+    result = app.tasks[task].apply(("t1",))
+    assert result.successful(), result.result
+    assert calls == ["t1", "t1", "t1"]
+
+
+def test_any_other_error_is_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def broken(platform: object, backend: object, training_id: str) -> None:
+        calls.append(training_id)
+        raise ValueError("a bug")
+
+    backend = SimpleNamespace(unsandboxed_reason=lambda: None)
+    monkeypatch.setattr(worker.celery_app.Platform, "from_settings", lambda s: object())
+    monkeypatch.setattr(worker.celery_app, "make_backend", lambda settings: backend)
+    monkeypatch.setattr(worker.celery_app.execution, "finalize", broken)
+    app = create_celery_app(Settings(home=tmp_path / "home"))
+    app.conf.task_always_eager = True
+    result = app.tasks[dispatch.FINALIZE].apply(("t1",))
+    assert result.failed() and calls == ["t1"]

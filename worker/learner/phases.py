@@ -204,7 +204,8 @@ class Learner:
             limits.release(self.enforcement)
         if halted:
             # The log is small and matters most now; results of an interrupted run do not.
-            self.transfers.store(store, self.transfers.log_only())
+            # Tried once: the platform waits only its stop grace for a stopped learner.
+            self.transfers.store(store, self.transfers.log_only(), patient=False)
             message = f"learner {spec.learner_id} was stopped"
             if self.supervisor.kill_sent:
                 grace = f"{spec.stop_grace_seconds:g} s"

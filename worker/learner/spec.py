@@ -57,6 +57,10 @@ class LearnerSpec:
     # Log bytes this learner may write (live log and training-log.txt); the rest is
     # dropped after one marker line. None: unbounded.
     max_log_bytes: int | None = None
+    # Storing results and logs to a store that is unreachable: attempts per upload, with
+    # exponential backoff, and the most seconds spent on them (whichever ends first).
+    store_attempts: int = 5
+    store_retry_seconds: float = 30.0
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -81,6 +85,8 @@ class LearnerSpec:
         "waits_for_peers": (bool,),
         "stop_grace_seconds": (int, float),
         "max_log_bytes": (int, type(None)),
+        "store_attempts": (int,),
+        "store_retry_seconds": (int, float),
     }
 
     @classmethod

@@ -11,11 +11,21 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from service import storage
 from service.storage import keys
@@ -36,6 +46,9 @@ if TYPE_CHECKING:
 _MAX_UPLOAD_ERRORS = 10
 _CHUNK = 1024 * 1024
 _PROGRESS_SECONDS = 0.5  # how often the data download reports its progress
+# Backoff between two attempts to store a file to an unreachable store: 1 s, 2 s, 4 s, ...
+_FIRST_WAIT = 1.0
+_MAX_WAIT = 10.0
 
 
 class PlatformError(Exception):
@@ -209,20 +222,33 @@ class Transfers:
         if spec.upload_results:
             yield from tree_files(Path(spec.result_dir), self.results_prefix())
 
-    def store(self, store: ObjectStore, files: Sequence[tuple[str, Path]]) -> list[str]:
-        """Upload to the platform's store and copy to the user's results bucket; returns
-        what failed."""
-        return self.upload(store, files) + self.copy_to_target(files)
-
-    @staticmethod
-    def upload(
-        store: ObjectStore, files: Iterator[tuple[str, Path]] | Sequence[tuple[str, Path]]
+    def store(
+        self, store: ObjectStore, files: Sequence[tuple[str, Path]], *, patient: bool = True
     ) -> list[str]:
-        """Upload each file; returns what failed, after at most _MAX_UPLOAD_ERRORS failures."""
+        """Upload to the platform's store and copy to the user's results bucket; returns
+        what failed. `patient`: a store that is unreachable is retried with backoff (the
+        spec's store_attempts and store_retry_seconds); else each file is tried once."""
+        return self.upload(store, files, patient=patient) + self.copy_to_target(
+            files, patient=patient
+        )
+
+    def upload(
+        self,
+        store: ObjectStore,
+        files: Iterator[tuple[str, Path]] | Sequence[tuple[str, Path]],
+        *,
+        patient: bool = True,
+    ) -> list[str]:
+        """Upload each file; returns what failed, after at most _MAX_UPLOAD_ERRORS failures.
+
+        A file the store refuses as unreachable (StoreUnavailable: down, restarting, a
+        missing bucket) is tried again with exponential backoff, so a store that comes back
+        within the retries loses nothing; one that does not fails the upload with the
+        store's own message (it names the endpoint and the bucket)."""
         errors: list[str] = []
         for key, path in files:
             try:
-                store.put_file(key, path)
+                self._put(store, key, path, patient)
             except Exception as e:
                 errors.append(f"{key}: {e}")
                 # The store itself is failing: the other files would fail the same way.
@@ -230,7 +256,30 @@ class Transfers:
                     break
         return errors
 
-    def copy_to_target(self, files: Sequence[tuple[str, Path]]) -> list[str]:
+    def _put(self, store: ObjectStore, key: str, path: Path, patient: bool) -> None:
+        attempts = self.spec.store_attempts if patient else 1
+        started = time.monotonic()
+        retrying = Retrying(
+            retry=retry_if_exception_type(StoreUnavailable),
+            stop=stop_after_attempt(attempts) | stop_after_delay(self.spec.store_retry_seconds),
+            wait=wait_exponential(multiplier=_FIRST_WAIT, max=_MAX_WAIT),
+            before_sleep=_say_retrying(key),
+            reraise=True,
+        )
+        try:
+            retrying(store.put_file, key, path)
+        except StoreUnavailable as e:
+            tried = retrying.statistics.get("attempt_number", 1)
+            if tried > 1:
+                elapsed = time.monotonic() - started
+                raise StoreUnavailable(
+                    f"{e} (gave up after {tried} attempts in {elapsed:.0f} s)"
+                ) from e
+            raise
+
+    def copy_to_target(
+        self, files: Sequence[tuple[str, Path]], *, patient: bool = True
+    ) -> list[str]:
         """Upload the files also to the user's results bucket, if the manifest names one:
         the same paths below training-<id>/ as below the results prefix."""
         target = self.spec.results_target
@@ -243,4 +292,21 @@ class Transfers:
             return [f"the training results bucket cannot be used: {e}"]
         ours = self.results_prefix()
         copies = [(prefix + key[len(ours) :], path) for key, path in files if key.startswith(ours)]
-        return [f"copying to the results bucket: {e}" for e in self.upload(store, copies)]
+        errors = self.upload(store, copies, patient=patient)
+        return [f"copying to the results bucket: {e}" for e in errors]
+
+
+def _say_retrying(key: str) -> Callable[[RetryCallState], None]:
+    """Tells the learner's stderr (the wrapper's log) about each retry."""
+
+    def say(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        print(
+            f"learner wrapper: storing {key} failed (attempt {state.attempt_number}), "
+            f"retrying in {wait:.1f} s: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return say
