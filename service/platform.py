@@ -180,14 +180,38 @@ class Platform:
         """Where uploads are spooled while they are checked; emptied after each request."""
         return self.settings.home_dir / "uploads"
 
+    @property
+    def runtime_definitions(self) -> Path:
+        """Where the runtimes are defined (DLAAS_RUNTIME_DEFINITIONS_DIR, default the
+        source's runtimes/)."""
+        return self.settings.runtime_definitions_dir or runtimes.DEFINITIONS
+
     def installed_runtimes(self) -> frozenset[str]:
         """The framework runtimes installed where this platform's learners run (the local
         backend: this machine's runtimes directory; the platform's always is)."""
-        return runtimes.installed_names(self.settings.runtimes_path)
+        return runtimes.installed_names(self.settings.runtimes_path, self.runtime_definitions)
+
+    def startable_runtimes(self) -> frozenset[str]:
+        """The runtimes a submitted training may name: the installed ones and, where the
+        operator lets the platform install a runtime on its first use
+        (DLAAS_RUNTIME_AUTO_INSTALL), every defined one."""
+        installed = self.installed_runtimes()
+        if not self.settings.runtime_auto_install:
+            return installed
+        return installed | frozenset(runtimes.definitions(self.runtime_definitions))
 
     def runtime(self, name: str) -> RuntimeInfo | None:
         """The installed runtime `name`; None where it is not installed."""
-        return runtimes.installed(self.settings.runtimes_path, name)
+        return runtimes.installed(self.settings.runtimes_path, name, self.runtime_definitions)
+
+    def install_runtime(
+        self, name: str, progress: Callable[[str], None], wait: bool = True
+    ) -> RuntimeInfo:
+        """Install the runtime `name` where learners find it (RuntimeBuildError if it cannot
+        be built; InstallInProgress if another install holds it and not `wait`)."""
+        return runtimes.install(
+            name, self.settings.runtimes_path, progress, self.runtime_definitions, wait=wait
+        )
 
     def revocation_epoch(self) -> int:
         """The key revocation counter now (one small query; see KeyCache)."""

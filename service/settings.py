@@ -42,6 +42,17 @@ class Settings(BaseSettings):
         "environment each) and learners find them; default $DLAAS_HOME/runtimes. A shared "
         "directory lets several installations (or test runs) use one build.",
     )
+    runtime_definitions_dir: Path | None = Field(
+        default=None,
+        description="The runtime definitions (NAME.txt pinned requirements, and the local "
+        "packages they name); default: the runtimes/ directory of this installation's source.",
+    )
+    runtime_auto_install: bool = Field(
+        default=False,
+        description="Install a training's runtime when a training first needs it, instead of "
+        "refusing the submission: the training waits in PENDING with the install's progress "
+        "in its status_message (the Horovod runtime takes minutes to build).",
+    )
     max_upload_bytes: int = Field(
         default=200 * 1024 * 1024,
         gt=0,

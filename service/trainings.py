@@ -143,7 +143,7 @@ def submission(
         platform.catalog,
         parsed.framework.name,
         parsed.framework.version,
-        platform.installed_runtimes(),
+        platform.startable_runtimes(),
     ):
         raise ValidationFailed([missing])
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:

@@ -57,6 +57,10 @@ class RuntimeBuildError(Exception):
     """A runtime cannot be found or built; str() says why."""
 
 
+class InstallInProgress(Exception):
+    """The runtime is being installed by someone else right now (install(wait=False))."""
+
+
 @dataclass(frozen=True)
 class Requirements:
     """A parsed requirements file: `first` installed normally, then `built` without build
@@ -178,9 +182,9 @@ def definitions(directory: Path = DEFINITIONS) -> dict[str, Path]:
     return {p.stem: p for p in sorted(directory.glob("*.txt"))}
 
 
-def known() -> list[str]:
+def known(directory: Path = DEFINITIONS) -> list[str]:
     """Every runtime: the platform's, then the defined ones."""
-    return [PLATFORM, *definitions()]
+    return [PLATFORM, *definitions(directory)]
 
 
 def runtime_dir(root: Path, name: str, digest: str) -> Path:
@@ -260,10 +264,14 @@ def _read_marker(target: Path, name: str, digest: str) -> RuntimeInfo | None:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, wait: bool = True) -> Iterator[None]:
+    """Hold the lock file `path`; InstallInProgress if it is held and not `wait`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise InstallInProgress(str(path)) from e
         try:
             yield
         finally:
@@ -298,9 +306,12 @@ def install(
     root: Path,
     progress: Callable[[str], None],
     directory: Path = DEFINITIONS,
+    wait: bool = True,
 ) -> RuntimeInfo:
     """Install the runtime `name` under `root` (a no-op when it is installed already) and
-    say what it provides. RuntimeBuildError if it cannot be built, with pip's last lines."""
+    say what it provides. RuntimeBuildError if it cannot be built, with pip's last lines.
+    Two installs of one runtime take turns; with `wait` false, InstallInProgress instead of
+    waiting for the other's turn."""
     if name == PLATFORM:
         return platform_runtime()
     definition = _definition(name, directory)
@@ -311,7 +322,7 @@ def install(
         raise RuntimeBuildError(f"{definition}: {e}") from e
     digest = definition_hash(definition)
     target = runtime_dir(root, name, digest)
-    with _locked(root / f".{name}-{digest}.lock"):
+    with _locked(root / f".{name}-{digest}.lock", wait):
         done = _read_marker(target, name, digest)
         if done is not None:
             progress(f"{name}: already installed at {target}")

@@ -76,7 +76,7 @@ def test_once_its_runtime_is_installed_the_training_is_accepted(
     assert r.status_code == 201, r.text
 
 
-class _RecordingBackend:
+class RecordingBackend:
     def __init__(self) -> None:
         self.requests: list[StartRequest] = []
 
@@ -103,7 +103,7 @@ def _pending(client: TestClient, platform: Platform, name: str) -> str:
 def test_the_learners_are_started_in_their_runtime(client: TestClient, platform: Platform) -> None:
     marker = mark_installed(platform)
     training_id = _pending(client, platform, "launched")
-    backend = _RecordingBackend()
+    backend = RecordingBackend()
     execution.launch(platform, cast(Backend, backend), training_id)
     [request] = backend.requests
     assert request.runtime is not None
@@ -117,7 +117,7 @@ def test_a_runtime_gone_before_the_launch_fails_the_training(
     marker = mark_installed(platform)
     training_id = _pending(client, platform, "uninstalled")
     marker.unlink()  # removed between submission and launch
-    backend = _RecordingBackend()
+    backend = RecordingBackend()
     execution.launch(platform, cast(Backend, backend), training_id)
     assert backend.requests == []
     with platform.sessions() as session:
