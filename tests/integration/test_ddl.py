@@ -22,6 +22,7 @@ import yaml
 from service.runtimes import RuntimeInfo
 from tests.integration.platform_harness import EXAMPLES, ROOT, LivePlatform, live_platform
 from tests.integration.test_train_deploy_predict import deploy
+from worker.backends.local import LocalBackend
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +43,32 @@ def test_the_runtime_provides_ddl_over_horovod(ddl_runtime: RuntimeInfo) -> None
         cwd="/",
     ).stdout.strip()
     assert found.startswith(ddl_runtime.prefix), found
+
+
+def test_its_horovod_loads_the_runtimes_own_mpi(ddl_runtime: RuntimeInfo, tmp_path: Path) -> None:
+    """Horovod compiled in another runtime (pip's cache keeps the wheel) names that
+    runtime's lib/ in its RUNPATH; learners load this runtime's own libmpi, so it runs
+    even where the other runtime is removed."""
+    code = (
+        "import horovod.tensorflow\n"
+        "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libmpi.so' in l}))"
+    )
+    env = {**LocalBackend._runtime_env(ddl_runtime), "HOME": str(tmp_path)}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    done = subprocess.run(
+        [ddl_runtime.python, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [loaded] = done.stdout.split()
+    assert Path(loaded).resolve().is_relative_to(Path(ddl_runtime.prefix).resolve()), loaded
+    check = ddl_runtime.provides["horovod_check_build"]
+    assert re.search(r"\[X\] TensorFlow", check) and re.search(r"\[X\] MPI", check), check
 
 
 def test_a_single_process_without_mpirun_is_rank_0_of_1(

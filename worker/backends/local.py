@@ -495,6 +495,9 @@ class LocalBackend:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PYTHONUNBUFFERED": "1",
         }
+        if runtime is not None:
+            # Its own libmpi, not the one a cached Horovod wheel was built against.
+            env["LD_LIBRARY_PATH"] = runtime.lib_dir
         # The rank prefix and the MPI agent import the platform's modules; the sandbox
         # unsets it, so the user's command does not.
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
