@@ -19,8 +19,9 @@ from service.domain.states import TrainingState
 from service.platform import Platform
 from service.settings import Settings
 from service.trainings import record_transition
-from tests.api.test_runtime_check import RecordingBackend, horovod
+from tests.api.test_runtime_check import horovod
 from tests.conftest import create_tenant, submit
+from tests.fakes import RecordingBackend
 from worker import execution
 from worker.backends.base import Backend
 

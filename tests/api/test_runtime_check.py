@@ -15,9 +15,10 @@ from service.domain.states import TrainingState
 from service.platform import Platform
 from service.trainings import record_transition
 from tests.conftest import create_tenant, submit
+from tests.fakes import RecordingBackend
 from tests.manifest_cases import base
 from worker import execution
-from worker.backends.base import Backend, StartRequest
+from worker.backends.base import Backend
 
 
 def horovod(version: str = "2.21") -> str:
@@ -74,20 +75,6 @@ def test_once_its_runtime_is_installed_the_training_is_accepted(
     mark_installed(platform)
     r = submit(client, create_tenant(client, "with-horovod"), horovod())
     assert r.status_code == 201, r.text
-
-
-class RecordingBackend:
-    def __init__(self) -> None:
-        self.requests: list[StartRequest] = []
-
-    def unsandboxed_reason(self) -> str | None:
-        return None
-
-    def start(self, request: StartRequest) -> None:
-        self.requests.append(request)
-
-    def cleanup(self, training_id: str) -> None:
-        pass
 
 
 def _pending(client: TestClient, platform: Platform, name: str) -> str:

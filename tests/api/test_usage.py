@@ -17,8 +17,9 @@ from service.platform import Platform
 from service.storage import keys
 from service.trainings import record_transition
 from tests.conftest import CODE_ZIP, create_tenant, manifest_yaml, submit
+from tests.fakes import RecordingBackend
 from worker import execution
-from worker.backends.base import Backend, StartRequest
+from worker.backends.base import Backend
 
 LITE = DEFAULT_CATALOG.plans["lite"]
 STANDARD = DEFAULT_CATALOG.plans["standard"]
@@ -190,20 +191,6 @@ def test_stored_bytes_count_code_and_results_and_bound_submissions(
     assert submit(client, lite).status_code == 201
 
 
-class _RecordingBackend:
-    def __init__(self) -> None:
-        self.requests: list[StartRequest] = []
-
-    def unsandboxed_reason(self) -> str | None:
-        return None
-
-    def start(self, request: StartRequest) -> None:
-        self.requests.append(request)
-
-    def cleanup(self, training_id: str) -> None:
-        pass
-
-
 def test_the_learners_get_their_share_of_the_plans_log_bytes(
     client: TestClient, platform: Platform
 ) -> None:
@@ -214,7 +201,7 @@ def test_the_learners_get_their_share_of_the_plans_log_bytes(
         assert training is not None
         record_transition(training, TrainingState.PENDING)
         session.commit()
-    backend = _RecordingBackend()
+    backend = RecordingBackend()
     execution.launch(platform, cast(Backend, backend), training_id)
     [request] = backend.requests
     assert request.max_log_bytes == LITE.max_log_bytes_per_training  # one learner: all of it
