@@ -92,6 +92,48 @@ class Settings(BaseSettings):
     backend: Literal["local", "kubernetes"] = Field(
         default="local", description="Where learners run."
     )
+    k8s_namespace: str = Field(
+        default="dlaas",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Kubernetes backend: the namespace learners' pods, Services and Secrets "
+        "are created in (the platform's own, in the Helm chart).",
+    )
+    k8s_image_prefix: str = Field(
+        default="ghcr.io/dlaas/",
+        description="Kubernetes backend: registry and path the images are named under; the "
+        "learner image of runtime R is {prefix}learner-R:{tag}, the platform's (fetch and "
+        "store, beside the learner) {prefix}platform:{tag}.",
+    )
+    k8s_image_tag: str = Field(
+        default="latest",
+        min_length=1,
+        description="Kubernetes backend: the tag of the learner and platform images; pin it "
+        "to the platform's release in a cluster (the Helm chart does).",
+    )
+    k8s_image_pull_secrets: str = Field(
+        default="",
+        description="Kubernetes backend: comma-separated names of Secrets (in the namespace) "
+        "the kubelet pulls the images with; empty: none.",
+    )
+    k8s_gpu_resource: str = Field(
+        default="nvidia.com/gpu",
+        min_length=1,
+        description="Kubernetes backend: the extended resource a learner's GPUs are requested "
+        "as (the device plugin's).",
+    )
+    k8s_cluster_domain: str = Field(
+        default="cluster.local",
+        min_length=1,
+        description="Kubernetes backend: the cluster's DNS domain, in the learners' DNS search "
+        "path (<prefix>.<namespace>.svc.<domain>).",
+    )
+    k8s_pod_ttl_seconds: int = Field(
+        default=0,
+        ge=0,
+        description="Kubernetes backend: seconds a training's pods are kept after it reached "
+        "a terminal state, for debugging; 0: deleted at once.",
+    )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )
@@ -208,6 +250,11 @@ class Settings(BaseSettings):
     @property
     def work_dir(self) -> Path:
         return self.home_dir / "work"
+
+    @property
+    def k8s_pull_secret_names(self) -> tuple[str, ...]:
+        """DLAAS_K8S_IMAGE_PULL_SECRETS as names, blanks dropped."""
+        return tuple(n.strip() for n in self.k8s_image_pull_secrets.split(",") if n.strip())
 
     @property
     def resolved_broker_url(self) -> str:
