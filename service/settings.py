@@ -10,8 +10,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.domain.names import is_dns_subdomain, is_label_key
 
 
 class Settings(BaseSettings):
@@ -226,6 +228,21 @@ class Settings(BaseSettings):
         "endpoint (always allowed); default: none other, on one machine as in a cluster. "
         "Set the same value on the API and the workers.",
     )
+
+    @field_validator("k8s_gpu_resource")
+    @classmethod
+    def _extended_resource(cls, value: str) -> str:
+        if "/" not in value or not is_label_key(value):
+            raise ValueError(f"'{value}' is not an extended resource name (domain/name)")
+        return value
+
+    @field_validator("k8s_image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: str) -> str:
+        for name in (n.strip() for n in value.split(",")):
+            if name and not is_dns_subdomain(name):
+                raise ValueError(f"'{name}' is not a Secret name")
+        return value
 
     @cached_property
     def home_dir(self) -> Path:

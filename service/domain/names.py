@@ -14,8 +14,8 @@ import re
 
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
-# A label key's optional prefix is a DNS subdomain (253 characters at most).
-LABEL_PREFIX_MAX = 253
+# A DNS subdomain (a label key's optional prefix, most object names): 253 at most.
+DNS_SUBDOMAIN_MAX = 253
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -28,6 +28,11 @@ def is_dns_label(value: str) -> bool:
     return len(value) <= DNS_LABEL_MAX and bool(_DNS_LABEL.match(value))
 
 
+def is_dns_subdomain(value: str) -> bool:
+    """RFC 1123 subdomain: what most object names (a Secret's) may be."""
+    return len(value) <= DNS_SUBDOMAIN_MAX and bool(_DNS_SUBDOMAIN.match(value))
+
+
 def is_label_value(value: str) -> bool:
     """A label value: empty, or up to 63 alphanumerics, '-', '_', '.' (alphanumeric ends)."""
     return value == "" or (len(value) <= LABEL_VALUE_MAX and bool(_LABEL_NAME.match(value)))
@@ -37,7 +42,7 @@ def is_label_key(key: str) -> bool:
     """A label key (also a node-selector or toleration key): `[prefix/]name`, the prefix a
     DNS subdomain, the name as a label value but not empty."""
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > LABEL_PREFIX_MAX or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and not is_dns_subdomain(prefix):
         return False
     if "/" in key and not prefix:
         return False

@@ -632,7 +632,13 @@ def test_the_cluster_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("DLAAS_K8S_NAMESPACE", "Not_A_Label"), ("DLAAS_K8S_POD_TTL_SECONDS", "-1")],
+    [
+        ("DLAAS_K8S_NAMESPACE", "Not_A_Label"),
+        ("DLAAS_K8S_POD_TTL_SECONDS", "-1"),
+        ("DLAAS_K8S_GPU_RESOURCE", "gpu"),
+        ("DLAAS_K8S_GPU_RESOURCE", "nvidia.com/gpu!"),
+        ("DLAAS_K8S_IMAGE_PULL_SECRETS", "regcred,Bad Name"),
+    ],
 )
 def test_bad_cluster_settings_are_refused(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str

@@ -8,6 +8,7 @@ import pytest
 from service.domain.names import (
     dns_label,
     is_dns_label,
+    is_dns_subdomain,
     is_label_key,
     is_label_value,
     label_value,
@@ -31,6 +32,23 @@ from service.domain.names import (
 )
 def test_dns_labels(value: str, valid: bool) -> None:
     assert is_dns_label(value) is valid
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("regcred", True),
+        ("registry.example.com", True),
+        ("a" * 63 + "." + "b" * 63, True),
+        ("a." * 126 + "bb", False),
+        ("Reg", False),
+        ("a..b", False),
+        (".a", False),
+        ("", False),
+    ],
+)
+def test_dns_subdomains(value: str, valid: bool) -> None:
+    assert is_dns_subdomain(value) is valid
 
 
 @pytest.mark.parametrize(
