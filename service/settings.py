@@ -10,8 +10,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.domain.names import is_dns_subdomain, is_label_key
 
 
 class Settings(BaseSettings):
@@ -91,6 +93,48 @@ class Settings(BaseSettings):
     )
     backend: Literal["local", "kubernetes"] = Field(
         default="local", description="Where learners run."
+    )
+    k8s_namespace: str = Field(
+        default="dlaas",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Kubernetes backend: the namespace learners' pods, Services and Secrets "
+        "are created in (the platform's own, in the Helm chart).",
+    )
+    k8s_image_prefix: str = Field(
+        default="ghcr.io/dlaas/",
+        description="Kubernetes backend: registry and path the images are named under; the "
+        "learner image of runtime R is {prefix}learner-R:{tag}, the platform's (fetch and "
+        "store, beside the learner) {prefix}platform:{tag}.",
+    )
+    k8s_image_tag: str = Field(
+        default="latest",
+        min_length=1,
+        description="Kubernetes backend: the tag of the learner and platform images; pin it "
+        "to the platform's release in a cluster (the Helm chart does).",
+    )
+    k8s_image_pull_secrets: str = Field(
+        default="",
+        description="Kubernetes backend: comma-separated names of Secrets (in the namespace) "
+        "the kubelet pulls the images with; empty: none.",
+    )
+    k8s_gpu_resource: str = Field(
+        default="nvidia.com/gpu",
+        min_length=1,
+        description="Kubernetes backend: the extended resource a learner's GPUs are requested "
+        "as (the device plugin's).",
+    )
+    k8s_cluster_domain: str = Field(
+        default="cluster.local",
+        min_length=1,
+        description="Kubernetes backend: the cluster's DNS domain, in the learners' DNS search "
+        "path (<prefix>.<namespace>.svc.<domain>).",
+    )
+    k8s_pod_ttl_seconds: int = Field(
+        default=0,
+        ge=0,
+        description="Kubernetes backend: seconds a training's pods are kept after it reached "
+        "a terminal state, for debugging; 0: deleted at once.",
     )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
@@ -185,6 +229,21 @@ class Settings(BaseSettings):
         "Set the same value on the API and the workers.",
     )
 
+    @field_validator("k8s_gpu_resource")
+    @classmethod
+    def _extended_resource(cls, value: str) -> str:
+        if "/" not in value or not is_label_key(value):
+            raise ValueError(f"'{value}' is not an extended resource name (domain/name)")
+        return value
+
+    @field_validator("k8s_image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: str) -> str:
+        for name in (n.strip() for n in value.split(",")):
+            if name and not is_dns_subdomain(name):
+                raise ValueError(f"'{name}' is not a Secret name")
+        return value
+
     @cached_property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
@@ -208,6 +267,11 @@ class Settings(BaseSettings):
     @property
     def work_dir(self) -> Path:
         return self.home_dir / "work"
+
+    @property
+    def k8s_pull_secret_names(self) -> tuple[str, ...]:
+        """DLAAS_K8S_IMAGE_PULL_SECRETS as names, blanks dropped."""
+        return tuple(n.strip() for n in self.k8s_image_pull_secrets.split(",") if n.strip())
 
     @property
     def resolved_broker_url(self) -> str:

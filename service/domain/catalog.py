@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.domain.names import is_label_key, is_label_value
 
 # The platform's own Python environment (sys.executable's), always installed.
 PLATFORM_RUNTIME = "platform"
@@ -51,6 +53,33 @@ class FrameworkSpec(_Frozen):
         return self.runtimes.get(version, PLATFORM_RUNTIME)
 
 
+class Toleration(_Frozen):
+    """A node taint the learners of a compute configuration tolerate (Kubernetes backend),
+    in Kubernetes' terms: `key` empty with `Exists` tolerates every taint."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    # None: every effect.
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    # NoExecute only: how long a learner stays on a node once the taint appears.
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _kubernetes_rules(self) -> Toleration:
+        if self.key and not is_label_key(self.key):
+            raise ValueError(f"toleration key '{self.key}' is not a valid label key")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use the operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with the operator Exists takes no value")
+        if not is_label_value(self.value):
+            raise ValueError(f"toleration value '{self.value}' is not a valid label value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("toleration_seconds applies to the effect NoExecute only")
+        return self
+
+
 class ComputeSpec(_Frozen):
     """Resources of one node of a compute configuration."""
 
@@ -58,6 +87,20 @@ class ComputeSpec(_Frozen):
     cpus: int = Field(ge=1)
     memory_gib: int = Field(ge=1)
     supports_distributed: bool = False
+    # Kubernetes backend: the node labels a learner's pod requires (e.g. the GPU product
+    # that GPU feature discovery labels nodes with) and the taints it tolerates.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if not is_label_key(key):
+                raise ValueError(f"node_selector key '{key}' is not a valid label key")
+            if not is_label_value(label):
+                raise ValueError(f"node_selector value '{label}' is not a valid label value")
+        return value
 
 
 class PlanSpec(_Frozen):
@@ -141,6 +184,20 @@ _HOROVOD = dict.fromkeys(TENSORFLOW_VERSIONS, HOROVOD_RUNTIME)
 DDL_RUNTIME = "ddl-tf2.14"
 _DDL = dict.fromkeys(TENSORFLOW_VERSIONS, DDL_RUNTIME)
 
+# The label NVIDIA's GPU feature discovery puts on each GPU node, and its values for the
+# seed documents' cards; GPU nodes are commonly tainted nvidia.com/gpu (NoSchedule), which
+# GPU learners tolerate. An operator's catalog file replaces them with its cluster's.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+K80_PRODUCT = "Tesla-K80"
+P100_PRODUCT = "Tesla-P100-PCIE-16GB"
+V100_PRODUCT = "Tesla-V100-SXM2-16GB"
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+
+
+def _on_gpu(product: str) -> dict[str, Any]:
+    return {"node_selector": {GPU_PRODUCT_LABEL: product}, "tolerations": (GPU_TOLERATION,)}
+
+
 DEFAULT_CATALOG = Catalog(
     frameworks={
         "tensorflow": FrameworkSpec(
@@ -165,12 +222,16 @@ DEFAULT_CATALOG = Catalog(
         ),
     },
     compute_configurations={
-        "K80": ComputeSpec(gpus=1, cpus=4, memory_gib=24),
-        "K80x2": ComputeSpec(gpus=2, cpus=8, memory_gib=48),
-        "P100": ComputeSpec(gpus=1, cpus=8, memory_gib=24, supports_distributed=True),
-        "P100x2": ComputeSpec(gpus=2, cpus=16, memory_gib=48, supports_distributed=True),
-        "V100": ComputeSpec(gpus=1, cpus=8, memory_gib=24),
-        "V100x2": ComputeSpec(gpus=2, cpus=16, memory_gib=48),
+        "K80": ComputeSpec(gpus=1, cpus=4, memory_gib=24, **_on_gpu(K80_PRODUCT)),
+        "K80x2": ComputeSpec(gpus=2, cpus=8, memory_gib=48, **_on_gpu(K80_PRODUCT)),
+        "P100": ComputeSpec(
+            gpus=1, cpus=8, memory_gib=24, supports_distributed=True, **_on_gpu(P100_PRODUCT)
+        ),
+        "P100x2": ComputeSpec(
+            gpus=2, cpus=16, memory_gib=48, supports_distributed=True, **_on_gpu(P100_PRODUCT)
+        ),
+        "V100": ComputeSpec(gpus=1, cpus=8, memory_gib=24, **_on_gpu(V100_PRODUCT)),
+        "V100x2": ComputeSpec(gpus=2, cpus=16, memory_gib=48, **_on_gpu(V100_PRODUCT)),
     },
     plans={
         "lite": PlanSpec(

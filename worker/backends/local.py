@@ -50,7 +50,14 @@ from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
 from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, MpiSetup, Role
+from worker.launchers.plan import (
+    Addressing,
+    LaunchPlan,
+    LearnerPlan,
+    MpiSetup,
+    Role,
+    learner_name_prefix,
+)
 from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import tree_files
@@ -265,7 +272,7 @@ class LocalBackend:
 
     def _prepare(self, request: StartRequest, tdir: Path) -> dict[str, Any]:
         spec = request.spec
-        prefix = f"learner-{spec.training_id}"
+        prefix = learner_name_prefix(spec.training_id)
         notes: list[str] = []
         net: LearnerNetwork | None = None
         if self.use_namespaces:

@@ -9,7 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from service.domain.names import DNS_LABEL_MAX, dns_label
+
 GRPC_PORT = 2222
+# Learner i's host name is `<prefix>-<i>`, a DNS label too: the prefix leaves room for
+# learner ids of up to five digits.
+LEARNER_NAME_PREFIX_MAX = DNS_LABEL_MAX - 6
+
+
+def learner_name_prefix(training_id: str) -> str:
+    """$LEARNER_NAME_PREFIX of a training: `learner-<id>`, a DNS label (lowercase, at most
+    57 characters, stable for the training) whichever backend runs it. It names the
+    learners' hosts, and on Kubernetes the training's headless Service and pods."""
+    return dns_label(f"learner-{training_id}", LEARNER_NAME_PREFIX_MAX)
 
 
 class Role(StrEnum):

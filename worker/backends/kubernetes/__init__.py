@@ -1,0 +1,3 @@
+"""The Kubernetes backend: a training's learners as pods behind a headless Service, their
+credentials in a per-training Secret (objects.py builds them, layout.py says what runs
+where inside a pod)."""
