@@ -83,7 +83,10 @@ def test_two_learners_serve_2222_and_reach_each_other_by_name(make_net: MakeNet)
     for me, other in (hosts, hosts[::-1]):
         assert _run(net, me, "hostname").stdout.strip() == me
         resolved = _run(net, me, "getent", "hosts", other).stdout.split()
-        assert resolved == [net.address(other), other]
+        assert resolved == [net.address(other), other, f"{other}.learner-ab12"]
+        # The subdomain form of a pod of the headless Service `learner-ab12`, too.
+        subdomain = _run(net, me, "getent", "hosts", f"{other}.learner-ab12").stdout.split()
+        assert subdomain[0] == net.address(other)
     procs = [
         subprocess.Popen(
             [*net.enter_argv(me), sys.executable, "-c", PEER, me, other],

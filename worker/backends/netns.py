@@ -179,6 +179,14 @@ def _kill_userns(userns: str, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def _names(hostname: str) -> tuple[str, ...]:
+    """A learner's names in the hosts file: `<prefix>-<i>`, and `<prefix>-<i>.<prefix>`."""
+    prefix, sep, index = hostname.rpartition("-")
+    if sep and prefix and index.isdigit():
+        return (hostname, f"{hostname}.{prefix}")
+    return (hostname,)
+
+
 @dataclass
 class LearnerNetwork:
     training_id: str
@@ -231,11 +239,13 @@ class LearnerNetwork:
         return net
 
     def _write_files(self) -> None:
+        # Each learner by its host name and, as in a pod of a headless Service's
+        # subdomain, `<prefix>-<i>.<prefix>` (the form FfDL's launcher scripts use).
         try:
             system = Path("/etc/hosts").read_text()
         except OSError:
             system = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-        mine = "".join(f"{a}\t{h}\n" for h, a in self.addresses.items())
+        mine = "".join(f"{a}\t{' '.join(_names(h))}\n" for h, a in self.addresses.items())
         (self.state_dir / "hosts").write_text(f"{system.rstrip()}\n# DLaaS learners\n{mine}")
         agent = self.state_dir / "mpi-agent"
         root = str(Path(__file__).resolve().parents[2])
