@@ -44,7 +44,7 @@ def render(values: dict[str, Any] | None = None) -> dict[str, str]:
 
 def objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every Kubernetes object the chart renders (NOTES.txt is not one)."""
-    found = []
+    found: list[dict[str, Any]] = []
     for path, text in sorted(render(values).items()):
         if not path.endswith((".yaml", ".yml")):
             continue
