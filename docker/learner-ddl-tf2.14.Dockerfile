@@ -33,18 +33,20 @@ FROM python:${PYTHON_VERSION}-slim-bookworm AS learner
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openssh-client openssh-server libgomp1 \
     && rm -rf /var/lib/apt/lists/* \
-    && groupadd --gid 10001 dlaas \
-    && useradd --uid 10001 --gid 10001 --home-dir /home/dlaas --create-home \
+    && install -d -m 0755 /run/sshd \
+    && groupadd --gid 1000 dlaas \
+    && useradd --uid 1000 --gid 1000 --home-dir /home/dlaas --create-home \
        --shell /bin/bash dlaas
 COPY --from=build /opt/dlaas /opt/dlaas
-COPY docker/learner-sshd_config /etc/ssh/sshd_config.d/dlaas.conf
+COPY docker/sshd_config /etc/dlaas/sshd_config
 ENV PATH=/opt/dlaas/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DLAAS_RUNTIMES_DIR=/opt/dlaas/runtimes \
     DLAAS_RUNTIME_DEFINITIONS_DIR=/opt/dlaas/runtime-definitions
-USER 10001:10001
+USER 1000:1000
 WORKDIR /home/dlaas
 EXPOSE 2022
-# One learner: `python -m worker.learner SPEC.json HOST.json` (fetch, run, store). The
-# learners mpirun launches on run `/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config` instead.
+# One learner: `python -m worker.learner SPEC.json HOST.json` (fetch, run, store). On
+# Kubernetes the backend gives each container its command: the MPI hosts run
+# `/usr/sbin/sshd -D -e -f /etc/dlaas/sshd_config -p PORT -o HostKey=... ...`.
 ENTRYPOINT ["python", "-m", "worker.learner"]

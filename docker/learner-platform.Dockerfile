@@ -17,13 +17,13 @@ COPY composition ./composition
 RUN /opt/dlaas/venv/bin/pip install ".[tensorflow]"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm AS learner
-RUN groupadd --gid 10001 dlaas \
-    && useradd --uid 10001 --gid 10001 --home-dir /home/dlaas --create-home \
+RUN groupadd --gid 1000 dlaas \
+    && useradd --uid 1000 --gid 1000 --home-dir /home/dlaas --create-home \
        --shell /bin/bash dlaas
 COPY --from=build /opt/dlaas/venv /opt/dlaas/venv
 ENV PATH=/opt/dlaas/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
-USER 10001:10001
+USER 1000:1000
 WORKDIR /home/dlaas
 # One learner: `python -m worker.learner SPEC.json HOST.json` (fetch, run, store).
 ENTRYPOINT ["python", "-m", "worker.learner"]

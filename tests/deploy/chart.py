@@ -32,7 +32,8 @@ EXTERNAL_VALUES: dict[str, Any] = {
     "secrets": {"adminApiKey": "admin-example", "secretKey": "sealing-example"},
     "scoring": {"enabled": True},
     "api": {"ingress": {"enabled": True, "host": "dlaas.acme.test", "tlsSecretName": "tls"}},
-    "learners": {"imagePullSecrets": ["regcred"], "imagePrefix": "registry.acme.test/learner-"},
+    "image": {"prefix": "registry.acme.test/dlaas/", "tag": "1.2.3"},
+    "imagePullSecrets": ["regcred"],
 }
 
 

