@@ -4,6 +4,7 @@ kubernetes-validate checks each object against the API's published schemas, stri
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -432,3 +433,43 @@ def test_every_value_is_documented_by_a_comment() -> None:
                 undocumented.append(f"{number + 1}: {line.strip()}")
         parents.append((indent, match["key"]))
     assert undocumented == []
+
+
+@pytest.mark.parametrize(
+    ("values", "refusal"),
+    [
+        ({"postgresql": {"bundeld": False}}, "additional properties 'bundeld' not allowed"),
+        ({"api": {"replicas": "two"}}, "/api/replicas"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"scoring": {"port": 70000}}, "/scoring/port"),
+    ],
+)
+def test_values_the_schema_refuses(values: dict[str, Any], refusal: str) -> None:
+    """values.schema.json: a misspelt or mistyped value fails the install instead of being
+    ignored."""
+    with pytest.raises(helm.HelmValuesError, match=re.escape(refusal)):
+        render(values)
+
+
+def _paths(tree: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> set[str]:
+    found = set()
+    for key, value in tree.items():
+        found.add(prefix + key)
+        sub = schema.get("properties", {}).get(key, {})
+        if isinstance(value, dict) and "properties" in sub:
+            found |= _paths(value, sub, f"{prefix}{key}.")
+    return found
+
+
+def test_the_schema_describes_the_values_and_nothing_else() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def described(node: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for key, sub in node.get("properties", {}).items():
+            out.add(prefix + key)
+            out |= described(sub, f"{prefix}{key}.")
+        return out
+
+    assert described(schema) == _paths(values, schema)
