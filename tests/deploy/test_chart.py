@@ -115,8 +115,9 @@ def test_the_validation_is_strict() -> None:
         kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[-1], strict=True)
 
 
-def test_helm_lint_finds_no_error_or_warning() -> None:
-    report = helm.lint(str(CHART), strict=True, kube_version="v1.35.0")
+@pytest.mark.parametrize("values", list(VALUE_SETS))
+def test_helm_lint_finds_no_error_or_warning(values: str) -> None:
+    report = helm.lint(str(CHART), VALUE_SETS[values], strict=True, kube_version="v1.35.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
