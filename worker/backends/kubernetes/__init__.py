@@ -1,0 +1,1 @@
+"""The Kubernetes backend: a training's learners as pods, observed by watch."""
