@@ -15,7 +15,13 @@ through the extension points kmock documents (inherit, override the serving meth
 - lists and watches honour `labelSelector` (equality, set-based and existence forms);
 - a watch from a `resourceVersion` streams every change after it, from a bounded event
   history; one older than the history (see `compact`) gets the API server's answer, an
-  ERROR event with a `410` Status (reason Expired); `timeoutSeconds` ends the stream.
+  ERROR event with a `410` Status (reason Expired); `timeoutSeconds` ends the stream;
+- deleting an object deletes what names it in `ownerReferences` (the garbage collector's
+  background propagation; `propagationPolicy: Orphan` leaves them), and DELETE on a
+  collection (`delete_collection_namespaced_*`, by labelSelector) works.
+
+Deletion is immediate: no grace period, no `deletionTimestamp` first (kmock keeps one only
+for objects with finalizers). Updates are merge patches; PUT (`replace_*`) is not served.
 
 Tests play the kubelet through the same client (`patch_namespaced_pod_status`); kmock
 merges patches as JSON merge patches (dicts merged, lists replaced), so a status patch
@@ -38,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp.web
 import attrs
 import kmock
 import yaml
@@ -147,8 +154,13 @@ class Apiserver(kmock.KubernetesEmulator):
             # kmock routes a request by its identity among those it recorded: record this one.
             self._requests[:] = [watching if r is request else r for r in self._requests]
             request = watching
+        if request.resource is None:
+            return await super()._handle(request)
+        if request.method == kmock.method.DELETE and request.name is None:
+            async with self._mutating:
+                return await self._delete_collection(request)
         changes = request.action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
-        if request.resource is None or not changes:
+        if not changes:
             return await super()._handle(request)
         async with self._mutating:
             key, rv = await self._stamp(request)
@@ -156,7 +168,58 @@ class Apiserver(kmock.KubernetesEmulator):
                 return await super()._handle(request)
             finally:
                 if key is not None and rv is not None:
-                    await self._record(key, request.action, rv)
+                    deleted = await self._record(key, request.action, rv)
+                    if deleted is not None and not _orphans(request):
+                        await self._collect_garbage(deleted)
+
+    async def _delete_collection(self, request: rendering.Request) -> aiohttp.web.Response:
+        """DELETE on a collection (`delete_collection_namespaced_pod`), which kmock lacks:
+        every object of the resource in the namespace that the labelSelector matches."""
+        matches = _selector(request)
+        async with self._lock:
+            keys = [
+                key
+                for key, obj in self.objects.items()
+                if key[0] == request.resource
+                and not obj.deleted
+                and (request.namespace is None or key[1] == request.namespace)
+                and matches(obj.last.raw)
+            ]
+        for key in keys:
+            uid = await self._delete(key)
+            if uid is not None and not _orphans(request):
+                await self._collect_garbage(uid)
+        return aiohttp.web.json_response(
+            {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success"}
+        )
+
+    async def _delete(self, key: Any) -> str | None:
+        """Delete one object at once (no finalizers, no grace period); its uid."""
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return None
+            rv = self._next_rv()
+            self.objects[key].patch({"metadata": {"resourceVersion": rv}})
+            self.objects[key].delete()
+        return await self._record(key, kmock.action.DELETE, rv)
+
+    async def _collect_garbage(self, owner_uid: str) -> None:
+        """What the garbage collector does after an owner is deleted (background
+        propagation): delete every object whose ownerReferences name it, and theirs."""
+        async with self._lock:
+            dependents = [
+                key
+                for key, obj in self.objects.items()
+                if not obj.deleted
+                and any(
+                    ref.get("uid") == owner_uid
+                    for ref in obj.last.raw.get("metadata", {}).get("ownerReferences") or []
+                )
+            ]
+        for key in dependents:
+            uid = await self._delete(key)
+            if uid is not None:
+                await self._collect_garbage(uid)
 
     async def _stamp(self, request: rendering.Request) -> tuple[Any, str | None]:
         """Set what the API server sets on a change, before kmock applies it."""
@@ -188,15 +251,16 @@ class Apiserver(kmock.KubernetesEmulator):
             return key, rv
         return None, None
 
-    async def _record(self, key: Any, action: kmock.action | None, rv: str) -> None:
-        """Keep the event a change made, if it was made (kmock may have refused it)."""
+    async def _record(self, key: Any, action: kmock.action | None, rv: str) -> str | None:
+        """Keep the event a change made, if it was made (kmock may have refused it); the
+        object's uid if the change deleted it."""
         async with self._lock:
             if key not in self.objects:
-                return
+                return None
             obj = self.objects[key]
             raw = obj.last.raw
             if raw.get("metadata", {}).get("resourceVersion") != rv:
-                return
+                return None
             if obj.deleted:
                 kind = "DELETED"
             else:
@@ -208,6 +272,7 @@ class Apiserver(kmock.KubernetesEmulator):
             while len(self._events) > self.history_limit:
                 self._oldest_rv = self._events.popleft().resource_version
             self._changed.notify_all()
+        return raw.get("metadata", {}).get("uid") if kind == "DELETED" else None
 
     async def compact(self) -> None:
         """Forget the event history, as etcd's compaction does: a watch from any earlier
@@ -289,6 +354,13 @@ def _as_watch(request: rendering.Request) -> rendering.Request:
     if asks and request.action != kmock.action.WATCH and request.method == kmock.method.GET:
         return attrs.evolve(request, action=kmock.action.WATCH)
     return request
+
+
+def _orphans(request: rendering.Request) -> bool:
+    """Whether a delete asks to leave the object's dependents (propagationPolicy=Orphan)."""
+    body = request.data if isinstance(request.data, dict) else {}
+    policy = request.params.get("propagationPolicy") or body.get("propagationPolicy")
+    return policy == "Orphan" or body.get("orphanDependents") is True
 
 
 def _selector(request: rendering.Request) -> Callable[[Mapping[str, Any]], bool]:

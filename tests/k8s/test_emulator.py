@@ -279,3 +279,56 @@ def test_what_kmock_alone_does() -> None:
             assert [json.loads(line)["object"]["code"] for line in lines] == [410]
 
     asyncio.run(check())
+
+
+def test_deleting_an_owner_deletes_what_it_owns(core: client.CoreV1Api) -> None:
+    owner = core.create_namespaced_service(
+        NAMESPACE,
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": TRAINING}, "spec": {}},
+    )
+    owned_by = {
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Service", "name": TRAINING, "uid": owner.metadata.uid}
+        ]
+    }
+    for i in (1, 2):
+        body = pod_body(f"{TRAINING}-{i}", i)
+        body["metadata"].update(owned_by)
+        core.create_namespaced_pod(NAMESPACE, body)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TRAINING, **owned_by}}
+    core.create_namespaced_secret(NAMESPACE, secret)
+    core.create_namespaced_pod(NAMESPACE, pod_body("unowned-1", 1, training="unowned"))
+    since = core.list_namespaced_pod(NAMESPACE).metadata.resource_version
+
+    core.delete_namespaced_service(TRAINING, NAMESPACE)
+
+    assert [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items] == ["unowned-1"]
+    assert core.list_namespaced_secret(NAMESPACE).items == []
+    gone_pods = events(core, resource_version=since, timeout_seconds=1)
+    assert sorted((t, n) for t, n, *_ in gone_pods) == [
+        ("DELETED", f"{TRAINING}-1"),
+        ("DELETED", f"{TRAINING}-2"),
+    ]
+
+
+def test_delete_collection_by_label(core: client.CoreV1Api) -> None:
+    for i in (1, 2):
+        core.create_namespaced_pod(NAMESPACE, pod_body(f"{TRAINING}-{i}", i))
+    core.create_namespaced_pod(NAMESPACE, pod_body("other-1", 1, training="other"))
+    core.delete_collection_namespaced_pod(
+        NAMESPACE, label_selector=f"dlaas.io/training-id={TRAINING}"
+    )
+    assert [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items] == ["other-1"]
+
+
+def test_an_orphaning_delete_leaves_dependents(core: client.CoreV1Api) -> None:
+    owner = core.create_namespaced_secret(
+        NAMESPACE, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "owner"}}
+    )
+    body = pod_body(f"{TRAINING}-1", 1)
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Secret", "name": "owner", "uid": owner.metadata.uid}
+    ]
+    core.create_namespaced_pod(NAMESPACE, body)
+    core.delete_namespaced_secret("owner", NAMESPACE, propagation_policy="Orphan")
+    assert [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items] == [f"{TRAINING}-1"]
