@@ -290,6 +290,19 @@ CASES: list[tuple[str, dict[str, Any], float, str, int | None, str | None]] = [
         f"learner 2 could not pull image {IMAGE} (ImagePullBackOff)",
     ),
     (
+        "ErrImagePull on the main container: waited from the sidecar's start",
+        pod(
+            conditions=SCHEDULED,
+            fetch=terminated(0, 5, 20),
+            agent=running(21),
+            learner=waiting("ErrImagePull", "rpc error: not found"),
+        ),
+        PULL_TIMEOUT + 20,
+        "PENDING",
+        None,
+        f"pulling image {IMAGE} (ErrImagePull): rpc error: not found",
+    ),
+    (
         "ErrImagePull on the main container past the timeout",
         pod(
             conditions=SCHEDULED,
@@ -297,7 +310,7 @@ CASES: list[tuple[str, dict[str, Any], float, str, int | None, str | None]] = [
             agent=running(21),
             learner=waiting("ErrImagePull", "rpc error: not found"),
         ),
-        PULL_TIMEOUT,
+        PULL_TIMEOUT + 21,
         "FAILED",
         None,
         f"could not pull image {IMAGE} (ErrImagePull): rpc error: not found",

@@ -176,9 +176,11 @@ def _after_run(
 def _image_problem(
     pod: Pod, lid: int, now: float, timeout: float, phases: tuple[tuple[str, float], ...]
 ) -> LearnerObservation | None:
-    """FAILED naming the image once a container has waited for it past `timeout` from the
-    pod's creation (the pod alone says so: no memory of when the wait was first seen), or
-    at once when no retry can fix it; PENDING with the kubelet's words before."""
+    """FAILED naming the image once a container has waited for it past `timeout`, or at
+    once when no retry can fix it; PENDING with the kubelet's words before. The wait is
+    measured from the pod alone (no memory of when it was first seen): from the last thing
+    that happened in it, its creation or a container's start or end, since a container's
+    image is pulled only once those before it are done."""
     for name, cstatus in _all_container_statuses(pod):
         waiting = _dict(_dict(cstatus.get("state")).get("waiting"))
         reason = _str(waiting.get("reason"))
@@ -186,8 +188,8 @@ def _image_problem(
             continue
         image = _str(cstatus.get("image")) or _spec_image(pod, name) or "(unknown image)"
         detail = _str(waiting.get("message"))
-        created = parse_time(_dict(pod.get("metadata")).get("creationTimestamp"))
-        waited = None if created is None else now - created
+        since = _last_event(pod)
+        waited = None if since is None else now - since
         if reason in BAD_IMAGE_REASONS or (waited is not None and waited >= timeout):
             return LearnerObservation(
                 lid,
@@ -271,6 +273,16 @@ def parse_time(value: object) -> float | None:
     if parsed.tzinfo is None:
         return None
     return parsed.timestamp()
+
+
+def _last_event(pod: Pod) -> float | None:
+    times = [parse_time(_dict(pod.get("metadata")).get("creationTimestamp"))]
+    for _, cstatus in _all_container_statuses(pod):
+        for state in _dict(cstatus.get("state")).values():
+            state = _dict(state)
+            times += [parse_time(state.get("startedAt")), parse_time(state.get("finishedAt"))]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def _started(cstatus: Mapping[str, Any]) -> float | None:
