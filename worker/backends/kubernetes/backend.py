@@ -87,7 +87,11 @@ def api_client() -> client.ApiClient:
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
     else:
-        config.load_kube_config(client_configuration=configuration)
+        # Read now: the client's own default is KUBECONFIG as it was when it was imported.
+        config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG") or None,
+            client_configuration=configuration,
+        )
     return client.ApiClient(configuration)
 
 
