@@ -27,7 +27,7 @@ from tests.k8s.conftest import NAMESPACE
 from tests.k8s_emulator import RunningApiserver
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import pod_watch
-from worker.backends.kubernetes.backend import KubernetesBackend
+from worker.backends.kubernetes.backend import MISSING_POD_GRACE_SECONDS, KubernetesBackend
 from worker.backends.kubernetes.objects import ClusterConfig
 from worker.launchers.plan import TrainingSpec, learner_name_prefix
 
@@ -492,14 +492,36 @@ def test_a_new_backend_reconciles_from_the_cluster_and_creates_nothing_twice(
 
 
 def test_a_pod_deleted_while_no_backend_watched_is_lost_after_a_restart(
-    make_backend: Callable[..., KubernetesBackend], core: client.CoreV1Api
+    make_backend: Callable[..., KubernetesBackend], core: client.CoreV1Api, clock: Clock
 ) -> None:
     first = make_backend()
     first.start(request())
     first.close()
     core.delete_namespaced_pod(f"{PREFIX}-2", NAMESPACE)
     restarted = make_backend()
+    # Soon after the others were created, it may still be on its way (a start under way).
+    assert phases(restarted) == ["PENDING", "PENDING"]
+    clock.ahead = MISSING_POD_GRACE_SECONDS + 1
     assert phases(restarted) == ["PENDING", "LOST"]
+    assert learner_of(restarted, 2).message == "learner 2's pod was deleted"
+
+
+def test_a_learner_whose_pod_is_not_created_yet_is_pending(
+    backend: KubernetesBackend, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's backend sees the pods of a start one by one."""
+    real = backend.core.create_namespaced_pod
+    seen: list[list[str]] = []
+
+    def observed_between(namespace: str, body: Any, **kwargs: Any) -> Any:
+        if body["metadata"]["name"].endswith("-2"):
+            eventually(lambda: phases(backend) == ["PENDING", "PENDING"])
+            seen.append([str(lo.message) for lo in backend.observe(TRAINING).learners])  # type: ignore[union-attr]
+        return real(namespace, body, **kwargs)
+
+    monkeypatch.setattr(backend.core, "create_namespaced_pod", observed_between)
+    backend.start(request())
+    assert seen == [["None", "learner 2's pod is being created"]]
 
 
 def test_a_new_attempt_replaces_what_is_left_of_the_last(

@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RUNTIME = 7 * 24 * 3600
 # What stop() waits for the watch to see the pods gone, beyond the grace period.
 STOP_MARGIN_SECONDS = 10.0
+# A training's pods are created one by one: one not seen this long after the newest of
+# its others was created is missing (deleted while no backend watched), not on its way.
+MISSING_POD_GRACE_SECONDS = 30.0
 # held() lists the Services at most this often (the monitor asks every pass).
 HELD_REFRESH_SECONDS = 10.0
 # The Service names its training's id in full (a label value may be shortened).
@@ -128,6 +131,7 @@ class KubernetesBackend:
         pod_ttl_seconds: int = 0,
         image_pull_timeout: float = 300.0,
         slots: int = 1000,
+        held_refresh_seconds: float = HELD_REFRESH_SECONDS,
         store_attempts: int = 5,
         store_retry_seconds: float = 30.0,
         clock: Callable[[], float] = time.time,
@@ -147,6 +151,7 @@ class KubernetesBackend:
         self._held: set[str] | None = None
         self._held_at = 0.0
         self._held_lock = threading.Lock()
+        self.held_refresh_seconds = held_refresh_seconds
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -384,10 +389,10 @@ class KubernetesBackend:
 
     def held(self) -> list[str]:
         """The trainings whose Service exists (their owner: what is left of them), read
-        again at most every HELD_REFRESH_SECONDS; cleanups and starts here update it."""
+        again at most every `held_refresh_seconds`; cleanups and starts here update it."""
         with self._held_lock:
             now = time.monotonic()
-            if self._held is None or now - self._held_at > HELD_REFRESH_SECONDS:
+            if self._held is None or now - self._held_at > self.held_refresh_seconds:
                 self._held = {
                     _training_id(service)
                     for service in self._list("services", TRAINING_LABEL)
@@ -456,17 +461,29 @@ def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Ob
         if _labels(pod).get(PRIMARY_LABEL) == "true":
             primaries.append(lid)
         expected = max(expected, _num_learners(pod))
-    # A learner whose pod the cache never saw (deleted while no backend watched): lost.
+    # A learner whose pod the cache never saw: not created yet while a start is under way
+    # (pods are created one by one), else deleted while no backend watched: lost.
+    newest = max((_created_at(pod) for pod, _ in current), default=None)
+    starting = newest is not None and now - newest < MISSING_POD_GRACE_SECONDS
     for lid in range(1, expected + 1):
         if lid not in learners:
-            learners[lid] = pod_states.learner_observation(
-                None, now, image_pull_timeout=image_pull_timeout, learner_id=lid
+            learners[lid] = (
+                LearnerObservation(lid, "PENDING", None, f"learner {lid}'s pod is being created")
+                if starting
+                else pod_states.learner_observation(
+                    None, now, image_pull_timeout=image_pull_timeout, learner_id=lid
+                )
             )
     return Observation(
         learners=tuple(learners[lid] for lid in sorted(learners)),
         primaries=tuple(sorted(primaries)),
         attempt=attempt,
     )
+
+
+def _created_at(pod: Pod) -> float:
+    created = pod_states.parse_time(pod.get("metadata", {}).get("creationTimestamp"))
+    return 0.0 if created is None else created
 
 
 def _int_label(pod: Pod, name: str) -> int | None:
