@@ -412,6 +412,39 @@ def test_deleted_after_it_ended_keeps_the_end() -> None:
     assert (obs.phase, obs.exit_code) == ("FAILED", 1)
 
 
+def being_deleted(p: dict[str, Any], asked: float, grace: int = 30) -> dict[str, Any]:
+    """The pod once its deletion was asked for at `asked`: the API writes the end of the
+    grace period."""
+    p["metadata"]["deletionTimestamp"] = ts(asked + grace)
+    p["metadata"]["deletionGracePeriodSeconds"] = grace
+    return p
+
+
+def test_a_pod_being_deleted_while_it_runs_is_lost() -> None:
+    still_running = being_deleted(
+        pod("Running", fetch=terminated(0, 5, 20), agent=running(21), learner=running(22)), 40
+    )
+    obs = learner_observation(still_running, at(41), image_pull_timeout=PULL_TIMEOUT)
+    assert (obs.phase, obs.exit_code) == ("LOST", None)
+    # The kubelet's SIGTERM ends the learner with 143: still the deletion, not a failure.
+    killed = being_deleted(
+        pod("Failed", fetch=terminated(0, 5, 20), learner=terminated(143, 22, 45)), 40
+    )
+    obs = learner_observation(killed, at(46), image_pull_timeout=PULL_TIMEOUT)
+    assert (obs.phase, obs.message) == ("LOST", "learner 2's pod was deleted")
+
+
+def test_a_failure_before_the_deletion_stands() -> None:
+    failed_first = being_deleted(
+        pod("Failed", fetch=terminated(0, 5, 20), learner=terminated(1, 22, 30)), 40
+    )
+    for deleted in (False, True):
+        obs = learner_observation(
+            failed_first, at(41), image_pull_timeout=PULL_TIMEOUT, deleted=deleted
+        )
+        assert (obs.phase, obs.exit_code) == ("FAILED", 1)
+
+
 def test_a_pod_gone_from_the_cluster_is_lost() -> None:
     obs = learner_observation(None, at(10), image_pull_timeout=PULL_TIMEOUT, learner_id=3)
     assert (obs.learner_id, obs.phase, obs.message) == (3, "LOST", "learner 3's pod was deleted")
