@@ -24,6 +24,11 @@ from __future__ import annotations
 
 from worker.launchers.plan import MpiSetup
 
+# The containers of a learner's pod.
+FETCH_CONTAINER = "fetch"
+AGENT_CONTAINER = "agent"
+LEARNER_CONTAINER = "learner"
+
 # The Secret's files: learner i's spec, and for MPI jobs the key pair and the hostfile.
 SPEC_DIR = "/var/run/dlaas/spec"
 SSH_DIR = "/var/run/dlaas/ssh"

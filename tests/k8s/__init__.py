@@ -1,0 +1,1 @@
+"""Tests against an emulated Kubernetes API (no cluster runs here)."""
