@@ -171,6 +171,9 @@ class RunStep:
         self.supervisor = Supervisor(options.grace)
         self.stopped = threading.Event()
         self.returncode: int | None = None  # the command's, once it has run
+        # Stopped before or while the command ran (a stop after its end changes nothing:
+        # its results are stored as usual).
+        self.halted = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopped.set()
@@ -183,7 +186,7 @@ class RunStep:
         output = _Output(pod_io.SegmentWriter(opts.io_dir, opts.segment_bytes))
         code, reason = self.run_command(output)
         output.close(_DRAIN_SECONDS)
-        pod_io.Exit(code, self.stopped.is_set()).write(opts.io_dir)
+        pod_io.Exit(code, self.halted).write(opts.io_dir)
         stored = self.wait_stored()
         if stored is None or not stored.ok:
             why = (
@@ -222,6 +225,7 @@ class RunStep:
             print(f"learner: waiting for {', '.join(opts.wait_for)}", file=sys.stderr, flush=True)
             missing = wait_for_endpoints(opts.wait_for, opts.wait_timeout, self.stopped)
             if self.stopped.is_set():
+                self.halted = True
                 return exit_code(-signal.SIGTERM), None
             if missing:
                 reason = (
@@ -231,6 +235,7 @@ class RunStep:
                 output.line(f"[dlaas] {reason}")
                 return EXIT_PEERS_UNREACHABLE, reason
         if self.stopped.is_set():
+            self.halted = True
             return exit_code(-signal.SIGTERM), None
         cwd = os.environ.get("MODEL_DIR") or os.getcwd()
         try:
@@ -243,7 +248,7 @@ class RunStep:
         output.copy(os.dup(proc.stdout.fileno()))
         proc.stdout.close()
         # A stop that came while the command started is forwarded by supervise().
-        self.returncode, _ = self.supervisor.supervise()
+        self.returncode, self.halted = self.supervisor.supervise()
         return exit_code(self.returncode), None
 
     def wait_stored(self) -> pod_io.Stored | None:

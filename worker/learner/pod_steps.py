@@ -157,8 +157,9 @@ class Agent:
 
 def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str) -> int:
     """Tee, store, answer, then wait for the kubelet's SIGTERM; 0, EXIT_STOPPED when
-    stopped before the command ended, or EXIT_PLATFORM_ERROR when it cannot work at all
-    (its answer then says so, so `run` does not wait for it)."""
+    stopped before the command ended (the log alone stored, no answer), or
+    EXIT_PLATFORM_ERROR when it cannot work at all (its answer then says so, so `run` does
+    not wait for it)."""
     try:
         spec, store, log_store = _setup(spec_path)
         worker = Agent(spec, io_dir, private_dir)
@@ -171,9 +172,15 @@ def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str
         return _fail(termination_log, str(e))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, worker.on_signal)
-    worker.tee(log_store)
-    worker.store(store).write(io_dir)
-    if worker.ended is None:  # stopped before the command ended
+    try:
+        worker.tee(log_store)
+    except Exception as e:  # what was read is in the learner's log: store that at least
+        print(f"learner wrapper: following the output failed: {e}", file=sys.stderr)
+    stored = worker.store(store)
+    if worker.ended is None:
+        # Stopped (or failed) before the command ended: the log is stored, but there is no
+        # exit to answer; `run`, if it goes on, finds no answer and says so.
         return EXIT_STOPPED
+    stored.write(io_dir)
     worker.wait_until_stopped()
     return EXIT_OK
