@@ -4,6 +4,7 @@ and what run knows of the pod's layout without importing it."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -142,3 +143,48 @@ def test_endpoints_parse(endpoint: str, parsed: tuple[str, int]) -> None:
 def test_bad_endpoints_are_refused(endpoint: str) -> None:
     with pytest.raises(ValueError):
         pod_run.parse_endpoint(endpoint)
+
+
+def test_a_restarted_follower_starts_at_the_first_segment_left(tmp_path: Path) -> None:
+    writer = pod_io.SegmentWriter(tmp_path, segment_bytes=4)
+    for word in (b"aaaa", b"bbbb", b"cccc", b"dd"):
+        writer.write(word)
+    writer.close()
+    for i in (0, 1):  # read and deleted before the restart
+        pod_io.segment_path(tmp_path, i).unlink()
+    pod_io.Exit(0).write(tmp_path)
+    out = bytearray()
+    pod_io.follow(tmp_path, out.extend, stop=lambda: False, poll=0.01)
+    assert bytes(out) == b"ccccdd"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_the_follower_reads_nothing_but_regular_files(tmp_path: Path, kind: str) -> None:
+    # The learner container writes in io: a link there to a file the agent sees (its spec,
+    # with the credentials) must not end up in the log, a FIFO must not block it.
+    secret = tmp_path / "spec.json"
+    secret.write_text('{"secret_key": "s3cr3t"}')
+    io_dir = tmp_path / "io"
+    io_dir.mkdir()
+    segment = pod_io.segment_path(io_dir, 0)
+    if kind == "symlink":
+        segment.symlink_to(secret)
+    elif kind == "fifo":
+        os.mkfifo(segment)
+    else:
+        segment.mkdir()
+    out = bytearray()
+    with pytest.raises(ValueError, match="regular file"):
+        pod_io.follow(io_dir, out.extend, stop=lambda: False, poll=0.01)
+    assert out == b""
+
+
+def test_an_exit_file_that_is_a_link_is_refused_without_its_content(tmp_path: Path) -> None:
+    secret = tmp_path / "spec.json"
+    secret.write_text('{"code": 0, "secret_key": "s3cr3t"}')
+    io_dir = tmp_path / "io"
+    io_dir.mkdir()
+    (io_dir / pod_io.EXIT_FILE).symlink_to(secret)
+    with pytest.raises(ValueError) as error:
+        pod_io.Exit.read(io_dir)
+    assert "s3cr3t" not in str(error.value) and "s3cr3t" not in str(error.value.__cause__)

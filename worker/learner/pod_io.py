@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 SEGMENT_PREFIX = "output-"
 SEGMENT_BYTES = 64 * 1024 * 1024
@@ -36,10 +37,17 @@ TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MAX_BYTES = 4096
 POLL_SECONDS = 0.05
 _CHUNK = 64 * 1024
+_SMALL_FILE_BYTES = 16 * 1024  # exit and stored hold a few bytes
 
 
 def segment_path(io_dir: Path, index: int) -> Path:
     return io_dir / f"{SEGMENT_PREFIX}{index:06d}"
+
+
+def segment_indexes(io_dir: Path) -> list[int]:
+    """The numbers of the segments in `io_dir`, in order."""
+    names = (p.name[len(SEGMENT_PREFIX) :] for p in io_dir.glob(f"{SEGMENT_PREFIX}*"))
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
@@ -56,13 +64,33 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file, never through a symbolic link:
+    the learner container writes in `io`, and a link there to a file only the agent can
+    see (the spec, with the credentials) must not have the agent read it into the log.
+    Raises FileNotFoundError, or ValueError for anything else than a regular file."""
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{path} cannot be opened as a regular file: {e.strerror}") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The small JSON object in `path`, None if there is none. ValueError for a file its
+    writer did not write (its content is not repeated: it may not be ours to show)."""
+    try:
+        with open_regular(path) as f:
+            data = json.loads(f.read(_SMALL_FILE_BYTES + 1)[:_SMALL_FILE_BYTES])
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not what its writer writes: {e}") from e
+        raise ValueError(f"{path} is not what its writer writes") from e
     if not isinstance(data, dict):
         raise ValueError(f"{path} does not hold a JSON object")
     return data
@@ -88,7 +116,7 @@ class Exit:
             return None
         code, stopped = data.get("code"), data.get("stopped", False)
         if type(code) is not int or type(stopped) is not bool:
-            raise ValueError(f"{io_dir / EXIT_FILE} holds {data!r}")
+            raise ValueError(f"{io_dir / EXIT_FILE} is not what its writer writes")
         return cls(code, stopped)
 
 
@@ -109,7 +137,7 @@ class Stored:
             return None
         ok, reason = data.get("ok"), data.get("reason")
         if type(ok) is not bool or not (reason is None or isinstance(reason, str)):
-            raise ValueError(f"{io_dir / STORED_FILE} holds {data!r}")
+            raise ValueError(f"{io_dir / STORED_FILE} is not what its writer writes")
         return cls(ok, reason)
 
 
@@ -164,17 +192,21 @@ def follow(
     """The agent side: hand every byte of the output segments, in order, to `sink`, until
     the exit file exists (or `stop()` is true) and everything written before it has been
     handed over. Survives the segments not existing yet; deletes each segment it has read
-    once `run` has moved on to the next."""
+    once `run` has moved on to the next. ValueError for a segment that is not a regular
+    file (see open_regular)."""
     index = 0
-    current = None
+    current: BinaryIO | None = None
     try:
         while True:
             # Decided before reading: `run` writes the exit file after its last output,
             # so reading to the end after seeing it misses nothing.
             finished = (io_dir / EXIT_FILE).exists() or stop()
             if current is None:
+                # The first present: an agent restarted by the kubelet finds the segments
+                # before it deleted.
+                index = min((i for i in segment_indexes(io_dir) if i >= index), default=index)
                 try:
-                    current = open(segment_path(io_dir, index), "rb")  # noqa: SIM115
+                    current = open_regular(segment_path(io_dir, index))
                 except FileNotFoundError:
                     if finished:
                         return
