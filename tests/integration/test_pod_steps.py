@@ -195,12 +195,18 @@ class Pod:
         self.agent = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE)
         return self.agent
 
-    def start_run(self, argv: list[str], *options: str) -> subprocess.Popen[bytes]:
-        """The learner container: no site-packages, only the copied package on the path,
-        the pod's environment, the model directory as its working directory."""
+    def run_step(self, argv: list[str], *options: str) -> tuple[list[str], dict[str, str]]:
+        """The learner container's command and environment: no site-packages, only the
+        copied package on the path, the pod's environment."""
         command = self.step("run", "--io", str(self.io), *options, "--", *argv)
         command.insert(1, "-S")
         env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(self.stdlib_path), **self.env}
+        Path(self.dirs["MODEL_DIR"]).mkdir(parents=True, exist_ok=True)
+        return command, env
+
+    def start_run(self, argv: list[str], *options: str) -> subprocess.Popen[bytes]:
+        """The learner container, in the model directory (its working directory)."""
+        command, env = self.run_step(argv, *options)
         self.runner = subprocess.Popen(
             command,
             cwd=self.dirs["MODEL_DIR"],
@@ -617,3 +623,30 @@ def test_sigterm_while_waiting_for_peers_ends_at_once(pod: Pod) -> None:
     assert pod_io.Exit.read(pod.io) == pod_io.Exit(128 + signal.SIGTERM, stopped=True)
     assert not Path(pod.dirs["RESULT_DIR"], "cwd.txt").exists()
     assert not pod.termination("run").exists()
+
+
+def _new_pid_namespace() -> bool:
+    probe = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _new_pid_namespace(), reason="cannot make a PID namespace here")
+def test_as_pid_1_run_reaps_orphans_and_keeps_the_commands_code(pod: Pod) -> None:
+    """In its container run is PID 1 and inherits every orphan: none stays a zombie."""
+    script = (
+        "(sleep 0.2 &); (sleep 0.2 &); sleep 1.5; "
+        "echo zombies $(grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l); exit 5"
+    )
+    command, env = pod.run_step(["sh", "-c", script], "--store-timeout", "0.5")
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", *command],
+        cwd=pod.dirs["MODEL_DIR"],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 5, done.stderr
+    assert done.stdout.decode().splitlines() == ["zombies 0"]

@@ -7,8 +7,9 @@ pair into $HOME/.ssh (MPI), waits until the peers it names accept connections, r
 in MODEL_DIR with the pod's environment as one process group, appends its output to the
 `io` volume (worker.learner.pod_io) and echoes it to its own stdout (the pod log: the
 fallback when the agent cannot send it), forwards SIGTERM to the group (SIGKILL after the
-grace), writes the exit file, waits for the agent to store the results and logs, and
-exits with the command's code, so the pod's container state carries the learner's exit.
+grace), reaps the orphans a container's PID 1 inherits, writes the exit file, waits for
+the agent to store the results and logs, and exits with the command's code, so the pod's
+container state carries the learner's exit.
 
 Exit codes: the command's own (128 + N when signal N killed it); when the step itself
 fails, one of the EXIT_* codes below with the reason in the termination message (a
@@ -52,6 +53,7 @@ STORE_TIMEOUT_SECONDS = 600.0
 STOP_GRACE_SECONDS = 10.0
 _DRAIN_SECONDS = 5.0  # output still arriving after the command's exit (its stragglers)
 _CONNECT_SECONDS = 2.0
+_REAP_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,22 @@ def wait_for_endpoints(
             break
         stopped.wait(0.5)
     return missing
+
+
+def reap_orphans(command: int, done: threading.Event) -> None:
+    """As its container's PID 1, `run` inherits every orphaned process: reap those that
+    have exited, so none stays a zombie, but never the command (its Supervisor waits for
+    it, and reaping it here would lose its exit code). Until `done` is set."""
+    while not done.is_set():
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+        if info is not None and info.si_pid != command:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+            continue
+        done.wait(_REAP_SECONDS)
 
 
 class _Output:
@@ -247,8 +265,15 @@ class RunStep:
         assert proc.stdout is not None
         output.copy(os.dup(proc.stdout.fileno()))
         proc.stdout.close()
-        # A stop that came while the command started is forwarded by supervise().
-        self.returncode, self.halted = self.supervisor.supervise()
+        reaped = threading.Event()
+        if os.getpid() == 1:
+            reaper = threading.Thread(target=reap_orphans, args=(proc.pid, reaped), daemon=True)
+            reaper.start()
+        try:
+            # A stop that came while the command started is forwarded by supervise().
+            self.returncode, self.halted = self.supervisor.supervise()
+        finally:
+            reaped.set()
         return exit_code(self.returncode), None
 
     def wait_stored(self) -> pod_io.Stored | None:
