@@ -200,7 +200,13 @@ class Pod:
         copied package on the path, the pod's environment."""
         command = self.step("run", "--io", str(self.io), *options, "--", *argv)
         command.insert(1, "-S")
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(self.stdlib_path), **self.env}
+        # No bytecode written: the image's package is read-only (readOnlyRootFilesystem).
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(self.stdlib_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **self.env,
+        }
         Path(self.dirs["MODEL_DIR"]).mkdir(parents=True, exist_ok=True)
         return command, env
 
@@ -650,3 +656,38 @@ def test_as_pid_1_run_reaps_orphans_and_keeps_the_commands_code(pod: Pod) -> Non
     )
     assert done.returncode == 5, done.stderr
     assert done.stdout.decode().splitlines() == ["zombies 0"]
+
+
+def test_a_full_io_volume_never_blocks_the_command(pod: Pod, redis_logs: RedisLogStore) -> None:
+    """Past what io can take (here a file size limit on run), the output still goes to the
+    pod log and the command runs to its end."""
+    import resource
+
+    assert pod.fetch().returncode == 0
+    pod.start_agent()
+    command, env = pod.run_step([sys.executable, "-c", "for i in range(5000): print(i)"])
+    limit = 1000
+    done = subprocess.run(
+        command,
+        cwd=pod.dirs["MODEL_DIR"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines() == [str(i) for i in range(5000)]
+    assert b"failed" in done.stderr
+    # What io took: the first lines, the last one perhaps cut where the limit fell.
+    lines = [r.line for r in pod.records(redis_logs)]
+    assert lines[:-1] == [str(i) for i in range(len(lines) - 1)]
+    assert str(len(lines) - 1).startswith(lines[-1])
+    assert len("\n".join(lines)) == limit
+
+
+def test_an_io_volume_that_cannot_be_written_fails_the_start(pod: Pod) -> None:
+    pod.io.write_text("not a directory")
+    runner = pod.start_run(pod.script("exit.py", "0"))
+    _, err = runner.communicate(timeout=20)
+    assert runner.returncode == pod_run.EXIT_CANNOT_START, err
+    assert "its output cannot go to" in pod.termination("run").read_text()

@@ -142,7 +142,8 @@ class _Output:
         self.writer = writer
         self.lock = threading.Lock()
         self.closed = False
-        self.echo = True
+        self.kept = True  # the output goes to io
+        self.echo = True  # and to this process's stdout
         self.thread: threading.Thread | None = None
 
     def line(self, text: str) -> None:
@@ -153,7 +154,15 @@ class _Output:
         with self.lock:
             if self.closed:  # a straggler's output after the exit file: dropped
                 return
-            self.writer.write(data)
+            if self.kept:
+                try:
+                    self.writer.write(data)
+                except OSError as e:
+                    # The volume is full, say: the pod log keeps the rest, and the
+                    # command's output is still read, so that it never blocks on it.
+                    self.kept = False
+                    print(f"learner: writing the output to {self.writer.io_dir} failed: {e}",
+                          file=sys.stderr, flush=True)  # fmt: skip
         if self.echo:
             try:
                 sys.stdout.buffer.write(data)
@@ -201,7 +210,13 @@ class RunStep:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_signal)
         opts = self.options
-        output = _Output(pod_io.SegmentWriter(opts.io_dir, opts.segment_bytes))
+        try:
+            output = _Output(pod_io.SegmentWriter(opts.io_dir, opts.segment_bytes))
+        except OSError as e:
+            unwritable = f"learner {self.learner}: its output cannot go to {opts.io_dir}: {e}"
+            print(f"learner: {unwritable}", file=sys.stderr, flush=True)
+            pod_io.write_termination_message(opts.termination_log, unwritable)
+            return EXIT_CANNOT_START
         code, reason = self.run_command(output)
         output.close(_DRAIN_SECONDS)
         pod_io.Exit(code, self.halted).write(opts.io_dir)
