@@ -162,7 +162,7 @@ def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str
     not wait for it)."""
     try:
         spec, store, log_store = _setup(spec_path)
-        worker = Agent(spec, io_dir, private_dir)
+        sidecar = Agent(spec, io_dir, private_dir)
     except (PlatformError, OSError) as e:
         try:
             io_dir.mkdir(parents=True, exist_ok=True)
@@ -171,16 +171,16 @@ def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str
             print(f"learner wrapper: cannot answer in {io_dir}: {answer}", file=sys.stderr)
         return _fail(termination_log, str(e))
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, worker.on_signal)
+        signal.signal(sig, sidecar.on_signal)
     try:
-        worker.tee(log_store)
+        sidecar.tee(log_store)
     except Exception as e:  # what was read is in the learner's log: store that at least
         print(f"learner wrapper: following the output failed: {e}", file=sys.stderr)
-    stored = worker.store(store)
-    if worker.ended is None:
+    stored = sidecar.store(store)
+    if sidecar.ended is None:
         # Stopped (or failed) before the command ended: the log is stored, but there is no
         # exit to answer; `run`, if it goes on, finds no answer and says so.
         return EXIT_STOPPED
     stored.write(io_dir)
-    worker.wait_until_stopped()
+    sidecar.wait_until_stopped()
     return EXIT_OK
