@@ -39,18 +39,23 @@ def running(started: float) -> dict[str, Any]:
 
 
 def terminated(
-    code: int, started: float, finished: float, reason: str | None = None
+    code: int,
+    started: float,
+    finished: float,
+    reason: str | None = None,
+    message: str | None = None,
 ) -> dict[str, Any]:
     reason = reason or ("Completed" if code == 0 else "Error")
-    return {
-        "terminated": {
-            "exitCode": code,
-            "reason": reason,
-            "startedAt": ts(started),
-            "finishedAt": ts(finished),
-            "containerID": "containerd://0f3a",
-        }
+    state = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": ts(started),
+        "finishedAt": ts(finished),
+        "containerID": "containerd://0f3a",
     }
+    if message is not None:
+        state["message"] = message
+    return {"terminated": state}
 
 
 def cstatus(name: str, state: dict[str, Any], image: str = IMAGE) -> dict[str, Any]:
@@ -259,6 +264,25 @@ CASES: list[tuple[str, dict[str, Any], float, str, int | None, str | None]] = [
         "FAILED",
         42,
         "learner 2 exited with code 42",
+    ),
+    (
+        "learner's run step failed: its termination message says why",
+        pod(
+            "Failed",
+            fetch=terminated(0, 5, 20),
+            agent=terminated(0, 21, 60),
+            learner=terminated(
+                122,
+                22,
+                50,
+                message="learner 2: the other learners did not accept connections within "
+                "300 s; still missing: t-1:2022",
+            ),
+        ),
+        61,
+        "FAILED",
+        122,
+        "learner 2 exited with code 122: learner 2: the other learners did not accept",
     ),
     (
         "OOMKilled",

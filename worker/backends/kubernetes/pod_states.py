@@ -177,7 +177,11 @@ def _after_run(
             lid, "FAILED", None, f"learner {lid} ended without an exit code", phases
         )
     if code != 0:
-        detail = reason if reason not in (None, "Error") else None
+        # The learner container's termination message, when its `run` step failed (not
+        # the command: results not stored, peers unreachable, a command that cannot start).
+        detail = _str(terminated.get("message")) or (
+            reason if reason not in (None, "Error") else None
+        )
         return LearnerObservation(
             lid, "FAILED", code, _message(f"learner {lid} exited with code {code}", detail), phases
         )
