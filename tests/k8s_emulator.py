@@ -20,8 +20,12 @@ through the extension points kmock documents (inherit, override the serving meth
   background propagation; `propagationPolicy: Orphan` leaves them), and DELETE on a
   collection (`delete_collection_namespaced_*`, by labelSelector) works.
 
-Deletion is immediate: no grace period, no `deletionTimestamp` first (kmock keeps one only
-for objects with finalizers). Updates are merge patches; PUT (`replace_*`) is not served.
+- a pod on a node (`spec.nodeName` set) is deleted gracefully: `deletionTimestamp` first,
+  its status still patchable, gone when the kubelet (the test) deletes it with
+  `grace_period_seconds=0`.
+
+Any other deletion is immediate (kmock keeps a `deletionTimestamp` only for objects with
+finalizers). Updates are merge patches; PUT (`replace_*`) is not served.
 
 Tests play the kubelet through the same client (`patch_namespaced_pod_status`); kmock
 merges patches as JSON merge patches (dicts merged, lists replaced), so a status patch
@@ -40,7 +44,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -159,6 +163,16 @@ class Apiserver(kmock.KubernetesEmulator):
         if request.method == kmock.method.DELETE and request.name is None:
             async with self._mutating:
                 return await self._delete_collection(request)
+        if _is_pods(request.resource) and request.name is not None:
+            async with self._mutating:
+                if request.method == kmock.method.DELETE:
+                    answer = await self._delete_bound_pod(request)
+                elif request.action == kmock.action.UPDATE:
+                    answer = await self._update_terminating_pod(request)
+                else:
+                    answer = None
+            if answer is not None:
+                return answer
         changes = request.action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
         if not changes:
             return await super()._handle(request)
@@ -192,6 +206,60 @@ class Apiserver(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(
             {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success"}
         )
+
+    async def _delete_bound_pod(self, request: rendering.Request) -> aiohttp.web.Response | None:
+        """A pod on a node is deleted gracefully, as the API server does: the first DELETE
+        sets `deletionTimestamp` (now + the grace period) and `deletionGracePeriodSeconds`
+        (a MODIFIED event); the pod goes (DELETED) when the kubelet, played by the test,
+        deletes it with `grace_period_seconds=0`. None: not such a pod (kmock serves it)."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return None
+            raw = self.objects[key].last.raw
+        if not raw.get("spec", {}).get("nodeName"):
+            return None  # never scheduled: no kubelet to wait for, deleted at once
+        grace = _grace_period(request, raw)
+        if grace == 0:
+            uid = await self._delete(key)
+            if uid is not None and not _orphans(request):
+                await self._collect_garbage(uid)
+            async with self._lock:
+                return aiohttp.web.json_response(self.objects[key].last.raw)
+        if not raw.get("metadata", {}).get("deletionTimestamp"):
+            async with self._lock:
+                rv = self._next_rv()
+                deadline = datetime.now(UTC) + timedelta(seconds=grace)
+                meta = {
+                    "deletionTimestamp": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "deletionGracePeriodSeconds": grace,
+                    "resourceVersion": rv,
+                }
+                self.objects[key].patch({"metadata": meta})
+            await self._record(key, kmock.action.UPDATE, rv)
+        async with self._lock:
+            return aiohttp.web.json_response(self.objects[key].last.raw)
+
+    async def _update_terminating_pod(
+        self, request: rendering.Request
+    ) -> aiohttp.web.Response | None:
+        """A terminating pod's status changes as its containers stop (kmock would delete an
+        object with a deletionTimestamp and no finalizers on any update). None: not such a
+        pod (kmock serves it)."""
+        key = (request.resource, request.namespace, request.name)
+        if not isinstance(request.data, dict):
+            return None
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return None
+            if not self.objects[key].last.raw.get("metadata", {}).get("deletionTimestamp"):
+                return None
+            rv = self._next_rv()
+            request.data.setdefault("metadata", {})["resourceVersion"] = rv
+            self.objects[key].patch(request.data)
+        await self._record(key, kmock.action.UPDATE, rv)
+        async with self._lock:
+            return aiohttp.web.json_response(self.objects[key].last.raw)
 
     async def _delete(self, key: Any) -> str | None:
         """Delete one object at once (no finalizers, no grace period); its uid."""
@@ -232,7 +300,7 @@ class Apiserver(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", _now())
             meta["resourceVersion"] = rv = self._next_rv()
-            if request.resource.plural == "pods" and request.resource.group == "":
+            if _is_pods(request.resource):
                 request.data.setdefault("status", {}).setdefault("phase", "Pending")
             return (request.resource, namespace, meta.get("name")), rv
         if request.name is None:
@@ -354,6 +422,19 @@ def _as_watch(request: rendering.Request) -> rendering.Request:
     if asks and request.action != kmock.action.WATCH and request.method == kmock.method.GET:
         return attrs.evolve(request, action=kmock.action.WATCH)
     return request
+
+
+def _is_pods(resource: kmock.resource | None) -> bool:
+    return resource is not None and resource.group == "" and resource.plural == "pods"
+
+
+def _grace_period(request: rendering.Request, pod: Mapping[str, Any]) -> int:
+    """The grace a pod's DELETE asks for: the request's, else the pod's own (default 30)."""
+    body = request.data if isinstance(request.data, dict) else {}
+    asked = request.params.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+    if asked is None:
+        asked = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+    return int(asked)
 
 
 def _orphans(request: rendering.Request) -> bool:

@@ -332,3 +332,30 @@ def test_an_orphaning_delete_leaves_dependents(core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NAMESPACE, body)
     core.delete_namespaced_secret("owner", NAMESPACE, propagation_policy="Orphan")
     assert [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items] == [f"{TRAINING}-1"]
+
+
+def test_a_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api) -> None:
+    name = f"{TRAINING}-1"
+    body = pod_body(name, 1)
+    body["spec"]["nodeName"] = "node-1"
+    body["spec"]["terminationGracePeriodSeconds"] = 20
+    core.create_namespaced_pod(NAMESPACE, body)
+    since = core.list_namespaced_pod(NAMESPACE).metadata.resource_version
+
+    asked = time.time()
+    core.delete_namespaced_pod(name, NAMESPACE)
+    terminating = core.read_namespaced_pod(name, NAMESPACE)
+    assert terminating.metadata.deletion_grace_period_seconds == 20
+    assert 19 <= terminating.metadata.deletion_timestamp.timestamp() - asked <= 21
+    core.delete_namespaced_pod(name, NAMESPACE)  # again: no change, still terminating
+    # The kubelet stops the containers, then removes the pod.
+    core.patch_namespaced_pod_status(name, NAMESPACE, {"status": {"phase": "Failed"}})
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+    assert core.list_namespaced_pod(NAMESPACE).items == []
+    seen = events(core, resource_version=since, timeout_seconds=1)
+    assert [(t, phase) for t, _, phase, _ in seen] == [
+        ("MODIFIED", "Pending"),
+        ("MODIFIED", "Failed"),
+        ("DELETED", "Failed"),
+    ]

@@ -153,3 +153,22 @@ def test_oom_and_deletion_through_the_api(
         ("RUNNING", None),
         ("LOST", None),  # deleted while it ran
     ]
+
+
+def test_a_running_learner_whose_pod_is_deleted_is_lost_at_once(core: client.CoreV1Api) -> None:
+    body = learner_pod(1)
+    body["spec"]["nodeName"] = "node-1"
+    core.create_namespaced_pod(NAMESPACE, body)
+    core.patch_namespaced_pod_status(
+        "training-abc-1", NAMESPACE, kubelet_status("Running", end(0, -9, -8), run(-7), run(-6))
+    )
+    since = core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).metadata.resource_version
+    core.delete_namespaced_pod("training-abc-1", NAMESPACE, grace_period_seconds=30)
+    # The kubelet's SIGTERM ends the learner (143), then the pod goes.
+    core.patch_namespaced_pod_status(
+        "training-abc-1",
+        NAMESPACE,
+        kubelet_status("Failed", end(0, -9, -8), end(0, -7, 1), end(143, -6, 1, "Error")),
+    )
+    core.delete_namespaced_pod("training-abc-1", NAMESPACE, grace_period_seconds=0)
+    assert observed_phases(core, since) == [("LOST", None)] * 3

@@ -58,6 +58,9 @@ def test_imports_follow_the_contracts() -> None:
         ("service/domain/catalog.py", "import sqlalchemy", "are pure"),
         # A learner importing the worker's execution.
         ("worker/learner/rank.py", "import worker.execution", "Inside the worker"),
+        # A pod's run step, in the runtime's image, importing the platform's dependencies.
+        ("worker/learner/pod_run.py", "import service.storage.keys", "standard library"),
+        ("worker/learner/pod_io.py", "import tenacity", "standard library"),
     ],
 )
 def test_a_forbidden_import_breaks_the_check(

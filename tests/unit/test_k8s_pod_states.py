@@ -39,18 +39,23 @@ def running(started: float) -> dict[str, Any]:
 
 
 def terminated(
-    code: int, started: float, finished: float, reason: str | None = None
+    code: int,
+    started: float,
+    finished: float,
+    reason: str | None = None,
+    message: str | None = None,
 ) -> dict[str, Any]:
     reason = reason or ("Completed" if code == 0 else "Error")
-    return {
-        "terminated": {
-            "exitCode": code,
-            "reason": reason,
-            "startedAt": ts(started),
-            "finishedAt": ts(finished),
-            "containerID": "containerd://0f3a",
-        }
+    state = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": ts(started),
+        "finishedAt": ts(finished),
+        "containerID": "containerd://0f3a",
     }
+    if message is not None:
+        state["message"] = message
+    return {"terminated": state}
 
 
 def cstatus(name: str, state: dict[str, Any], image: str = IMAGE) -> dict[str, Any]:
@@ -261,6 +266,25 @@ CASES: list[tuple[str, dict[str, Any], float, str, int | None, str | None]] = [
         "learner 2 exited with code 42",
     ),
     (
+        "learner's run step failed: its termination message says why",
+        pod(
+            "Failed",
+            fetch=terminated(0, 5, 20),
+            agent=terminated(0, 21, 60),
+            learner=terminated(
+                122,
+                22,
+                50,
+                message="learner 2: the other learners did not accept connections within "
+                "300 s; still missing: t-1:2022",
+            ),
+        ),
+        61,
+        "FAILED",
+        122,
+        "learner 2 exited with code 122: learner 2: the other learners did not accept",
+    ),
+    (
         "OOMKilled",
         pod(
             "Failed",
@@ -410,6 +434,39 @@ def test_deleted_after_it_ended_keeps_the_end() -> None:
     failed = pod("Failed", fetch=terminated(0, 5, 20), learner=terminated(1, 22, 50))
     obs = learner_observation(failed, at(200), image_pull_timeout=PULL_TIMEOUT, deleted=True)
     assert (obs.phase, obs.exit_code) == ("FAILED", 1)
+
+
+def being_deleted(p: dict[str, Any], asked: float, grace: int = 30) -> dict[str, Any]:
+    """The pod once its deletion was asked for at `asked`: the API writes the end of the
+    grace period."""
+    p["metadata"]["deletionTimestamp"] = ts(asked + grace)
+    p["metadata"]["deletionGracePeriodSeconds"] = grace
+    return p
+
+
+def test_a_pod_being_deleted_while_it_runs_is_lost() -> None:
+    still_running = being_deleted(
+        pod("Running", fetch=terminated(0, 5, 20), agent=running(21), learner=running(22)), 40
+    )
+    obs = learner_observation(still_running, at(41), image_pull_timeout=PULL_TIMEOUT)
+    assert (obs.phase, obs.exit_code) == ("LOST", None)
+    # The kubelet's SIGTERM ends the learner with 143: still the deletion, not a failure.
+    killed = being_deleted(
+        pod("Failed", fetch=terminated(0, 5, 20), learner=terminated(143, 22, 45)), 40
+    )
+    obs = learner_observation(killed, at(46), image_pull_timeout=PULL_TIMEOUT)
+    assert (obs.phase, obs.message) == ("LOST", "learner 2's pod was deleted")
+
+
+def test_a_failure_before_the_deletion_stands() -> None:
+    failed_first = being_deleted(
+        pod("Failed", fetch=terminated(0, 5, 20), learner=terminated(1, 22, 30)), 40
+    )
+    for deleted in (False, True):
+        obs = learner_observation(
+            failed_first, at(41), image_pull_timeout=PULL_TIMEOUT, deleted=deleted
+        )
+        assert (obs.phase, obs.exit_code) == ("FAILED", 1)
 
 
 def test_a_pod_gone_from_the_cluster_is_lost() -> None:

@@ -7,9 +7,10 @@ A pod has three containers (privilege split of the learner contract):
 - `fetch` (init container, platform image) reads its learner spec (with the store's
   credentials) from the training's Secret and fetches the code and data into `work`:
   `python -m worker.learner.pod fetch SPEC`.
-- `agent` (native sidecar, platform image, the spec mounted too) reports the learner's
-  phases, tees the command's output from `io` to the log store, and once the command has
-  exited stores RESULT_DIR and the logs: `python -m worker.learner.pod agent SPEC --io IO`.
+- `agent` (native sidecar, platform image, the spec mounted too) tees the command's
+  output from `io` to the log store, and once the command has exited stores RESULT_DIR
+  and the logs: `python -m worker.learner.pod agent SPEC --io IO`. The learner's phases
+  are its containers' states (pod_states.py), not reports.
 - `learner` (the runtime's learner image, no credentials) runs the plan's argv and leaves
   its output and exit code in `io`, then waits until the agent has stored before it exits
   with the command's code, so the pod's container state carries the learner's exit code
@@ -23,6 +24,11 @@ $HOME/.ssh with the modes ssh and sshd insist on, before the command starts.
 from __future__ import annotations
 
 from worker.launchers.plan import MpiSetup
+
+# The containers of a learner's pod.
+FETCH_CONTAINER = "fetch"
+AGENT_CONTAINER = "agent"
+LEARNER_CONTAINER = "learner"
 
 # The Secret's files: learner i's spec, and for MPI jobs the key pair and the hostfile.
 SPEC_DIR = "/var/run/dlaas/spec"

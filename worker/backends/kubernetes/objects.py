@@ -308,7 +308,7 @@ def _learner_container(
         _mount("tmp", layout.TMP_DIR),
     ]
     container: dict[str, Any] = {
-        "name": "learner",
+        "name": layout.LEARNER_CONTAINER,
         "image": cluster.learner_image(inp.runtime),
         "command": layout.run_command(argv, wait_for),
         "workingDir": env["MODEL_DIR"],
@@ -403,10 +403,16 @@ def learner_pod(
         },
         "initContainers": [
             _platform_container(
-                "fetch", layout.fetch_command(lp.learner_id), cluster, sidecar=False
+                layout.FETCH_CONTAINER,
+                layout.fetch_command(lp.learner_id),
+                cluster,
+                sidecar=False,
             ),
             _platform_container(
-                "agent", layout.agent_command(lp.learner_id), cluster, sidecar=True
+                layout.AGENT_CONTAINER,
+                layout.agent_command(lp.learner_id),
+                cluster,
+                sidecar=True,
             ),
         ],
         "containers": [_learner_container(inp, lp, cluster)],

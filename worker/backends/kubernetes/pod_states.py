@@ -19,11 +19,12 @@ from typing import Any
 
 from service.domain.lifecycle import LearnerObservation
 from service.domain.reports import MESSAGE_BYTES, clean_text
+from worker.backends.kubernetes import layout
+from worker.backends.kubernetes.objects import LEARNER_LABEL
 
-LEARNER_LABEL = "dlaas.io/learner-id"
-FETCH = "fetch"
-AGENT = "agent"
-LEARNER = "learner"
+FETCH = layout.FETCH_CONTAINER
+AGENT = layout.AGENT_CONTAINER
+LEARNER = layout.LEARNER_CONTAINER
 
 # A waiting container's reasons that mean its image cannot be had: retried by the kubelet
 # (with back-off) until the pull timeout, then the learner fails naming the image.
@@ -49,19 +50,46 @@ def learner_observation(
 
     `pod` is None when the training had the pod and it is gone (then `learner_id` names
     the learner); `deleted` is True for the last state a watch's DELETED event carried. A
-    pod that ended (its learner completed or failed) keeps that end when it is deleted
-    afterwards; one deleted or evicted before is LOST. `learner_id`, when given, overrides
-    the pod's `dlaas.io/learner-id` label.
+    pod being deleted (`deletionTimestamp` set) or deleted is LOST, unless its learner
+    had ended on its own before the deletion was asked for (then that end stands: the
+    pods of an ended training are deleted too). `learner_id`, when given, overrides the
+    pod's `dlaas.io/learner-id` label.
     """
     lid = learner_id if learner_id is not None else _learner_id(pod)
     if pod is None:
         return LearnerObservation(lid, "LOST", None, f"learner {lid}'s pod was deleted")
     observed = _from_pod(pod, lid, now, image_pull_timeout)
-    if deleted and not observed.ended:
+    requested = deletion_requested(pod)
+    going = deleted or requested is not None
+    if going and (not observed.ended or _killed_by_deletion(pod, requested)):
         return LearnerObservation(
             lid, "LOST", None, f"learner {lid}'s pod was deleted", observed.phases
         )
     return observed
+
+
+def deletion_requested(pod: Pod) -> float | None:
+    """When the pod's deletion was asked for (epoch seconds), or None. The API sets
+    `deletionTimestamp` to the end of the grace period, so the grace is taken off."""
+    meta = _dict(pod.get("metadata"))
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds")
+    return deadline - grace if isinstance(grace, int) and not isinstance(grace, bool) else deadline
+
+
+def _killed_by_deletion(pod: Pod, requested: float | None) -> bool:
+    """Whether `fetch` or `learner` ended in failure once the deletion was asked for (the
+    kubelet's SIGTERM or SIGKILL, not the learner's own end)."""
+    if requested is None:
+        return False
+    for name in (FETCH, LEARNER):
+        end = _dict(_dict(container_status(pod, name).get("state")).get("terminated"))
+        finished = parse_time(end.get("finishedAt"))
+        if finished is not None and finished >= requested and end.get("exitCode") != 0:
+            return True
+    return False
 
 
 def _from_pod(pod: Pod, lid: int, now: float, image_pull_timeout: float) -> LearnerObservation:
@@ -149,7 +177,11 @@ def _after_run(
             lid, "FAILED", None, f"learner {lid} ended without an exit code", phases
         )
     if code != 0:
-        detail = reason if reason not in (None, "Error") else None
+        # The learner container's termination message, when its `run` step failed (not
+        # the command: results not stored, peers unreachable, a command that cannot start).
+        detail = _str(terminated.get("message")) or (
+            reason if reason not in (None, "Error") else None
+        )
         return LearnerObservation(
             lid, "FAILED", code, _message(f"learner {lid} exited with code {code}", detail), phases
         )

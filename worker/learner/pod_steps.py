@@ -1,0 +1,186 @@
+"""A learner pod's trusted steps, in the platform's image with the learner's spec (and so
+the store's credentials): `fetch` (the init container) and `agent` (the native sidecar).
+The user's command runs between them in the `learner` container (worker.learner.pod_run)
+and never sees the spec.
+
+Both reuse the local wrapper's parts: fetch is its DOWNLOADING phase
+(worker.learner.transfers), the agent its log tee (worker.learner.logtee: the same
+records, learner id and max_log_bytes cap) and its STORING phase (the same keys). The
+agent reads the command's output from the `io` volume (worker.learner.pod_io) instead of
+a pipe, stores once the exit file appears, answers with the `stored` file, and then waits
+to be stopped: the kubelet stops a native sidecar after the learner container exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+from service.logs import open_log_store
+from service.logs.base import LogStore
+from service.storage import keys
+from service.storage.base import ObjectStore
+from worker.learner import pod_io
+from worker.learner.logtee import LogTee
+from worker.learner.spec import LearnerSpec
+from worker.learner.transfers import PlatformError, Transfers, open_store
+
+EXIT_OK = 0
+EXIT_PLATFORM_ERROR = 2
+EXIT_STOPPED = 143
+
+_TEE_DRAIN_SECONDS = 5.0
+
+
+def default_private_dir() -> Path:
+    """The step's own files (the code archive while it unpacks, the learner's log): in the
+    container's own /tmp, which the learner container does not mount."""
+    return Path(tempfile.gettempdir()) / "dlaas-learner"
+
+
+def _setup(spec_path: Path) -> tuple[LearnerSpec, ObjectStore, LogStore]:
+    try:
+        spec = LearnerSpec.read(spec_path)
+    except (OSError, ValueError) as e:
+        raise PlatformError(f"the learner spec {spec_path} cannot be read: {e}") from e
+    store = open_store(spec.store)
+    try:
+        sink = spec.log_sink
+        log_store = open_log_store(sink.kind, dir=sink.dir, url=sink.url)
+    except ValueError as e:
+        raise PlatformError(f"the learner spec's log sink is unusable: {e}") from e
+    return spec, store, log_store
+
+
+def _fail(termination_log: str, message: str) -> int:
+    print(f"learner wrapper: {message}", file=sys.stderr, flush=True)
+    pod_io.write_termination_message(termination_log, message)
+    return EXIT_PLATFORM_ERROR
+
+
+# -- fetch ------------------------------------------------------------------------------
+
+
+def fetch(spec_path: Path, private_dir: Path, termination_log: str) -> int:
+    """The code into MODEL_DIR, the training data into DATA_DIR, the other directories
+    made; 0, or EXIT_PLATFORM_ERROR with the reason in the termination message."""
+    try:
+        spec, store, _ = _setup(spec_path)
+        transfers = Transfers(spec, private_dir, private_dir / keys.LEARNER_LOG_NAME)
+        transfers.fetch_code(store)
+        directories = [spec.data_dir, spec.result_dir, spec.log_dir, spec.checkpoint_dir]
+        if home := spec.env.get("HOME"):
+            directories.append(home)
+        try:
+            for d in directories:
+                Path(d).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PlatformError(f"the learner's directories could not be created: {e}") from e
+        transfers.check_results_target()
+        transfers.fetch_data(lambda message: print(message, flush=True))
+    except PlatformError as e:
+        return _fail(termination_log, str(e))
+    except Exception as e:
+        return _fail(termination_log, f"fetching failed: {type(e).__name__}: {e}")
+    print(f"learner {spec.learner_id}: the code and data are in place", flush=True)
+    return EXIT_OK
+
+
+# -- agent ------------------------------------------------------------------------------
+
+
+class Agent:
+    def __init__(self, spec: LearnerSpec, io_dir: Path, private_dir: Path) -> None:
+        self.spec = spec
+        self.io_dir = io_dir
+        private_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = private_dir / keys.LEARNER_LOG_NAME
+        self.transfers = Transfers(spec, private_dir, self.log_path)
+        self.stopping = False
+        self.ended: pod_io.Exit | None = None  # how the command ended, once it has
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+
+    def tee(self, log_store: LogStore) -> None:
+        """Send the command's output to the log store (and the learner's log file) until
+        the command has ended, or the agent is stopped, and every line has been sent."""
+        spec = self.spec
+        tee = LogTee(
+            spec.learner_id,
+            spec.training_id,
+            log_store,
+            self.log_path,
+            max_bytes=spec.max_log_bytes,
+        )
+        read_end, write_end = os.pipe()
+        tee.start(read_end)
+
+        def into_tee(data: bytes) -> None:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view) :]
+
+        try:
+            pod_io.follow(self.io_dir, into_tee, stop=lambda: self.stopping)
+        finally:
+            os.close(write_end)
+            tee.close(_TEE_DRAIN_SECONDS)
+
+    def store(self, store: ObjectStore) -> pod_io.Stored:
+        """Store as the local wrapper does: everything after a run, the log alone (tried
+        once) after a stop."""
+        learner = self.spec.learner_id
+        try:
+            self.ended = ended = pod_io.Exit.read(self.io_dir)
+        except ValueError as e:
+            print(f"learner wrapper: {e}", file=sys.stderr, flush=True)
+            ended = None
+        if ended is None or ended.stopped:
+            errors = self.transfers.store(store, self.transfers.log_only(), patient=False)
+        else:
+            errors = self.transfers.store(store, list(self.transfers.files_to_upload()))
+        if errors:
+            print(f"learner {learner} could not store its files: {errors[0]}", file=sys.stderr)
+            return pod_io.Stored(False, errors[0])
+        return pod_io.Stored(True)
+
+    def wait_until_stopped(self) -> None:
+        while not self.stopping:
+            time.sleep(0.2)
+
+
+def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str) -> int:
+    """Tee, store, answer, then wait for the kubelet's SIGTERM; 0, EXIT_STOPPED when
+    stopped before the command ended (the log alone stored, no answer), or
+    EXIT_PLATFORM_ERROR when it cannot work at all (its answer then says so, so `run` does
+    not wait for it)."""
+    try:
+        spec, store, log_store = _setup(spec_path)
+        sidecar = Agent(spec, io_dir, private_dir)
+    except (PlatformError, OSError) as e:
+        try:
+            io_dir.mkdir(parents=True, exist_ok=True)
+            pod_io.Stored(False, str(e)).write(io_dir)
+        except OSError as answer:
+            print(f"learner wrapper: cannot answer in {io_dir}: {answer}", file=sys.stderr)
+        return _fail(termination_log, str(e))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, sidecar.on_signal)
+    try:
+        sidecar.tee(log_store)
+    except Exception as e:  # what was read is in the learner's log: store that at least
+        print(f"learner wrapper: following the output failed: {e}", file=sys.stderr)
+    stored = sidecar.store(store)
+    if sidecar.ended is None:
+        # Stopped (or failed) before the command ended: the log is stored, but there is no
+        # exit to answer; `run`, if it goes on, finds no answer and says so.
+        return EXIT_STOPPED
+    stored.write(io_dir)
+    sidecar.wait_until_stopped()
+    return EXIT_OK
