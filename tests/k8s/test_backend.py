@@ -427,10 +427,14 @@ def test_stop_deletes_the_pods_and_returns_once_they_are_gone(
     kubelet(core, f"{PREFIX}-2", "Running", ended(0), RUN, RUN)
     eventually(lambda: phases(backend) == ["COMPLETED", "RUNNING"])
     backend.stop(TRAINING)
-    assert core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items == []
-    # What they were when they went: the one that ended keeps its end.
+    # The pod still running is gone; the one that ended holds no process and stays (for
+    # cleanup, and the TTL).
+    left = core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items
+    assert names(left) == [f"{PREFIX}-1"]
     assert phases(backend) == ["COMPLETED", "LOST"]
     assert backend.held() == [TRAINING]  # stopped, not cleaned up
+    backend.cleanup(TRAINING)
+    assert core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items == []
 
 
 def test_cleanup_deletes_every_object_of_the_training(
@@ -459,6 +463,7 @@ def test_pods_of_an_ended_training_are_kept_for_the_ttl(
     backend.start(request(nodes=1))
     kubelet(core, f"{PREFIX}-1", "Failed", ended(0), ended(0), ended(2, "Error"))
     eventually(lambda: phases(backend) == ["FAILED"])
+    backend.stop(TRAINING)  # as FINALIZE does: nothing to stop in a pod that ended
     backend.cleanup(TRAINING)
     # The credentials go at once; the pod and its Service stay for debugging.
     assert core.list_namespaced_secret(NAMESPACE, label_selector=SELECTOR).items == []

@@ -10,8 +10,8 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   still there (kept for debugging) are deleted first.
 - observe: from the watch's cache only, each pod read by pod_states; a learner whose pod
   is gone is LOST; the attempt and the primaries from the pods' labels.
-- stop: the training's pods deleted with the grace period, waiting (bounded) until the
-  watch has seen them go. cleanup: the Secret, the pods and the Service deleted
+- stop: the training's pods that still run deleted with the grace period, waiting
+  (bounded) until the watch has seen them go; those that ended run nothing and stay. cleanup: the Secret, the pods and the Service deleted
   explicitly (a real cluster would cascade from the Service; an emulated one does not).
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RUNTIME = 7 * 24 * 3600
 # What stop() waits for the watch to see the pods gone, beyond the grace period.
 STOP_MARGIN_SECONDS = 10.0
+# Pod phases in which no container runs any more.
+_ENDED_PHASES = ("Succeeded", "Failed")
 # A training's pods are created one by one: one not seen this long after the newest of
 # its others was created is missing (deleted while no backend watched), not on its way.
 MISSING_POD_GRACE_SECONDS = 30.0
@@ -341,12 +343,19 @@ class KubernetesBackend:
     # -- stop, clean up, held ----------------------------------------------------------------
 
     def stop(self, training_id: str) -> None:
+        """Delete the pods that still run something (a pod that ended, Succeeded or Failed,
+        holds no process: it stays for cleanup, and the TTL) and wait until they are gone."""
         self.watch.ensure_started()
         training = label_value(training_id)
-        for name in self.watch.pods(training).live:
+        running = [
+            name
+            for name, pod in self.watch.pods(training).live.items()
+            if (pod.get("status") or {}).get("phase") not in _ENDED_PHASES
+        ]
+        for name in running:
             self._delete("pods", name, grace=round(self.stop_grace_seconds))
         timeout = self.stop_grace_seconds + STOP_MARGIN_SECONDS
-        if not self.watch.wait_gone(training, timeout):
+        if not self.watch.wait_gone(training, timeout, names=running):
             log.warning(
                 "the pods of %s were still there %.0f s after deletion", training_id, timeout
             )

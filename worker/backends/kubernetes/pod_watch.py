@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,15 +152,23 @@ class PodWatch:
                 self._gone.get(training, {}).pop(name, None)
             self._lock.notify_all()
 
-    def wait_gone(self, training: str, timeout: float) -> bool:
-        """Wait until no pod of `training` is live; whether none is."""
+    def wait_gone(
+        self, training: str, timeout: float, names: Collection[str] | None = None
+    ) -> bool:
+        """Wait until no pod of `training` (of those named `names`, if given) is live;
+        whether none is."""
         deadline = time.monotonic() + timeout
+
+        def left() -> bool:
+            live = self._live.get(training, {})
+            return any(n in live for n in names) if names is not None else bool(live)
+
         with self._lock:
-            while self._live.get(training):
-                left = deadline - time.monotonic()
-                if left <= 0:
+            while left():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     return False
-                self._lock.wait(left)
+                self._lock.wait(remaining)
             return True
 
     def forget(self, training: str) -> None:
