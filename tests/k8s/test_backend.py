@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from service.domain.records import Secret
 from service.logs.config import LogSinkConfig
 from service.storage.config import StoreConfig
 from tests.k8s.conftest import NAMESPACE
+from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import pod_watch
@@ -149,52 +149,6 @@ def learner_of(backend: KubernetesBackend, learner_id: int) -> Any:
     observed = backend.observe(TRAINING)
     assert observed is not None
     return next(lo for lo in observed.learners if lo.learner_id == learner_id)
-
-
-# -- the kubelet --------------------------------------------------------------------------
-
-
-def ts(offset: float = 0.0) -> str:
-    return (datetime.now(UTC) + timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def cstatus(name: str, state: dict[str, Any], image: str = "img") -> dict[str, Any]:
-    return {"name": name, "image": image, "imageID": "", "restartCount": 0,
-            "ready": "running" in state, "state": state}  # fmt: skip
-
-
-RUN = {"running": {"startedAt": ts(-5)}}
-WAIT = {"waiting": {"reason": "PodInitializing"}}
-
-
-def ended(code: int, reason: str = "Completed") -> dict[str, Any]:
-    return {
-        "terminated": {
-            "exitCode": code,
-            "reason": reason,
-            "startedAt": ts(-4),
-            "finishedAt": ts(-1),
-        }
-    }
-
-
-def kubelet(
-    core: client.CoreV1Api,
-    name: str,
-    phase: str,
-    fetch: dict[str, Any],
-    agent: dict[str, Any],
-    learner: dict[str, Any],
-    **extra: Any,
-) -> None:
-    status = {
-        "phase": phase,
-        "conditions": [{"type": "PodScheduled", "status": "True"}],
-        "initContainerStatuses": [cstatus("fetch", fetch), cstatus("agent", agent)],
-        "containerStatuses": [cstatus("learner", learner, extra.pop("image", "img"))],
-        **extra,
-    }
-    core.patch_namespaced_pod_status(name, NAMESPACE, {"status": status})
 
 
 def names(items: list[Any]) -> list[str]:

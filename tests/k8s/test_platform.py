@@ -22,7 +22,7 @@ from service.platform import Platform
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY, create_tenant, submit
 from tests.k8s.conftest import NAMESPACE
-from tests.k8s.test_backend import RUN, ended, kubelet
+from tests.k8s.kubelet import RUN, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from tests.manifest_cases import base
 from worker import execution

@@ -9,10 +9,12 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   A start that fails deletes what it created, then raises. Objects of an older attempt
   still there (kept for debugging) are deleted first.
 - observe: from the watch's cache only, each pod read by pod_states; a learner whose pod
-  is gone is LOST; the attempt and the primaries from the pods' labels.
+  is gone is LOST (one not seen yet is PENDING while its training's start is recent); the
+  attempt and the primaries from the pods' labels.
 - stop: the training's pods that still run deleted with the grace period, waiting
-  (bounded) until the watch has seen them go; those that ended run nothing and stay. cleanup: the Secret, the pods and the Service deleted
-  explicitly (a real cluster would cascade from the Service; an emulated one does not).
+  (bounded) until the watch has seen them go; those that ended run nothing and stay.
+- cleanup: the Secret, the pods and the Service deleted one by one (the garbage collector
+  would cascade from the Service, in its own time: a restarted start must not find them).
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
   monitor's FINALIZE of held trainings deletes them once it has passed.
