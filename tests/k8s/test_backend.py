@@ -11,11 +11,13 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kubernetes.config import incluster_config
 
 from service import runtimes
 from service.domain.catalog import ComputeSpec
@@ -27,7 +29,11 @@ from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import pod_watch
-from worker.backends.kubernetes.backend import MISSING_POD_GRACE_SECONDS, KubernetesBackend
+from worker.backends.kubernetes.backend import (
+    MISSING_POD_GRACE_SECONDS,
+    KubernetesBackend,
+    api_client,
+)
 from worker.backends.kubernetes.objects import ClusterConfig
 from worker.launchers.plan import TrainingSpec, learner_name_prefix
 
@@ -497,3 +503,38 @@ def test_a_new_attempt_replaces_what_is_left_of_the_last(
     assert {p.metadata.labels["dlaas.io/attempt"] for p in pods} == {"2"}
     eventually(lambda: (o := backend.observe(TRAINING)) and o.attempt == 2)
     assert phases(backend) == ["PENDING", "PENDING"]
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_in_a_pod_the_client_uses_the_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KUBERNETES_SERVICE_HOST set: the in-cluster configuration, not KUBECONFIG."""
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("service-account-token")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    api = api_client()
+    try:
+        assert api.configuration.host == "https://10.96.0.1:443"
+        assert api.configuration.ssl_ca_cert == str(ca)
+    finally:
+        api.close()
+
+
+def test_elsewhere_the_client_reads_kubeconfig(
+    k8s_apiserver: RunningApiserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(k8s_apiserver.kubeconfig))
+    api = api_client()
+    try:
+        assert api.configuration.host == k8s_apiserver.url
+    finally:
+        api.close()
