@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config import incluster_config
 
@@ -538,3 +538,55 @@ def test_elsewhere_the_client_reads_kubeconfig(
         assert api.configuration.host == k8s_apiserver.url
     finally:
         api.close()
+
+
+# -- RBAC ------------------------------------------------------------------------------------
+
+
+def _verbs_used(api: client.ApiClient) -> set[tuple[str, str]]:
+    """Record (resource, verb) of every request made through `api`, as RBAC names them."""
+    used: set[tuple[str, str]] = set()
+    call = api.call_api
+
+    def recorded(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        parts = resource_path.split("/")  # /api/v1/namespaces/{namespace}/<resource>[/{name}[/sub]]
+        resource = parts[5]
+        named = len(parts) > 6
+        if len(parts) > 7:
+            resource += "/" + parts[7]
+        query = dict(args[1] or []) if len(args) > 1 else dict(kwargs.get("query_params") or [])
+        verb = {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if named else "deletecollection",
+        }.get(method, "get" if named else ("watch" if query.get("watch") else "list"))
+        used.add((resource, verb))
+        return call(resource_path, method, *args, **kwargs)
+
+    api.call_api = recorded
+    return used
+
+
+def test_the_backend_uses_only_what_the_charts_role_allows(k8s_apiserver: RunningApiserver) -> None:
+    from tests.deploy.test_chart import EXPECTED_RULES
+
+    allowed = {(r, v) for rule in EXPECTED_RULES for r in rule["resources"] for v in rule["verbs"]}
+    api = config.new_client_from_config(config_file=str(k8s_apiserver.kubeconfig))
+    used = _verbs_used(api)
+    backend = KubernetesBackend(api, CLUSTER, stop_grace_seconds=1, pod_ttl_seconds=60)
+    try:
+        backend.start(request(framework="tensorflow-horovod"))
+        backend.start(request(framework="tensorflow-horovod"))
+        backend.observe(TRAINING)
+        backend.held()
+        backend.stop(TRAINING)
+        backend.cleanup(TRAINING)
+        backend.start(request(framework="tensorflow-horovod", attempt=2))
+        backend.stop(TRAINING)
+        backend.cleanup(TRAINING)
+    finally:
+        backend.close()
+        api.close()
+    assert used - allowed == set()
+    assert {("pods", "watch"), ("services", "create"), ("secrets", "delete")} <= used
