@@ -29,12 +29,9 @@ from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import pod_watch
-from worker.backends.kubernetes.backend import (
-    MISSING_POD_GRACE_SECONDS,
-    KubernetesBackend,
-    api_client,
-)
+from worker.backends.kubernetes.backend import KubernetesBackend, api_client
 from worker.backends.kubernetes.objects import ClusterConfig
+from worker.backends.kubernetes.observation import MISSING_POD_GRACE_SECONDS
 from worker.launchers.plan import TrainingSpec, learner_name_prefix
 
 CLUSTER = ClusterConfig(

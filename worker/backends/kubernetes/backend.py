@@ -44,7 +44,6 @@ from kubernetes.client.rest import ApiException
 
 from service import runtimes
 from service.domain.catalog import ComputeSpec
-from service.domain.lifecycle import LearnerObservation
 from service.domain.names import label_value
 from service.settings import Settings
 from service.storage.base import ObjectStore
@@ -52,8 +51,6 @@ from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import layout, pod_states
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
-    LEARNER_LABEL,
-    PRIMARY_LABEL,
     TRAINING_LABEL,
     ClusterConfig,
     Owner,
@@ -65,7 +62,8 @@ from worker.backends.kubernetes.objects import (
     secret_name,
     training_secret,
 )
-from worker.backends.kubernetes.pod_watch import Pod, PodWatch, TrainingPods
+from worker.backends.kubernetes.observation import Pod, TrainingPods, observation
+from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, learner_name_prefix
 from worker.learner.spec import LearnerSpec
@@ -78,9 +76,6 @@ DEFAULT_MAX_RUNTIME = 7 * 24 * 3600
 STOP_MARGIN_SECONDS = 10.0
 # Pod phases in which no container runs any more.
 _ENDED_PHASES = ("Succeeded", "Failed")
-# A training's pods are created one by one: one not seen this long after the newest of
-# its others was created is missing (deleted while no backend watched), not on its way.
-MISSING_POD_GRACE_SECONDS = 30.0
 # held() lists the Services at most this often (the monitor asks every pass).
 HELD_REFRESH_SECONDS = 10.0
 # The Service names its training's id in full (a label value may be shortened).
@@ -114,10 +109,6 @@ def ssh_key_pair() -> SshKeyPair:
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
     return SshKeyPair(private_key=private, public_key=public.decode() + " dlaas\n")
-
-
-def _status(e: BaseException) -> int | None:
-    return e.status if isinstance(e, ApiException) else None
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
@@ -449,63 +440,3 @@ def _finished_at(pod: Pod) -> float | None:
     """When the pod's learner container ended, or None while it has not."""
     state = pod_states.container_status(pod, pod_states.LEARNER).get("state") or {}
     return pod_states.parse_time((state.get("terminated") or {}).get("finishedAt"))
-
-
-def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Observation:
-    """The training's learners of its latest attempt, as its pods (live or gone) say."""
-    everything = [(pod, False) for pod in pods.live.values()]
-    everything += [(pod, True) for name, pod in pods.gone.items() if name not in pods.live]
-    attempt = max((_int_label(pod, ATTEMPT_LABEL) or 1 for pod, _ in everything), default=1)
-    current = [
-        (pod, gone) for pod, gone in everything if (_int_label(pod, ATTEMPT_LABEL) or 1) == attempt
-    ]
-    learners: dict[int, LearnerObservation] = {}
-    primaries: list[int] = []
-    expected = 0
-    for pod, gone in current:
-        lid = _int_label(pod, LEARNER_LABEL)
-        if lid is None:
-            continue
-        learners[lid] = pod_states.learner_observation(
-            pod, now, image_pull_timeout=image_pull_timeout, deleted=gone, learner_id=lid
-        )
-        if _labels(pod).get(PRIMARY_LABEL) == "true":
-            primaries.append(lid)
-        expected = max(expected, _num_learners(pod))
-    # A learner whose pod the cache never saw: not created yet while a start is under way
-    # (pods are created one by one), else deleted while no backend watched: lost.
-    newest = max((_created_at(pod) for pod, _ in current), default=None)
-    starting = newest is not None and now - newest < MISSING_POD_GRACE_SECONDS
-    for lid in range(1, expected + 1):
-        if lid not in learners:
-            learners[lid] = (
-                LearnerObservation(lid, "PENDING", None, f"learner {lid}'s pod is being created")
-                if starting
-                else pod_states.learner_observation(
-                    None, now, image_pull_timeout=image_pull_timeout, learner_id=lid
-                )
-            )
-    return Observation(
-        learners=tuple(learners[lid] for lid in sorted(learners)),
-        primaries=tuple(sorted(primaries)),
-        attempt=attempt,
-    )
-
-
-def _created_at(pod: Pod) -> float:
-    created = pod_states.parse_time(pod.get("metadata", {}).get("creationTimestamp"))
-    return 0.0 if created is None else created
-
-
-def _int_label(pod: Pod, name: str) -> int | None:
-    value = _labels(pod).get(name)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-def _num_learners(pod: Pod) -> int:
-    """NUM_LEARNERS from the learner container's environment (the learner contract)."""
-    for container in pod.get("spec", {}).get("containers") or []:
-        for var in container.get("env") or []:
-            if var.get("name") == "NUM_LEARNERS" and str(var.get("value", "")).isdigit():
-                return int(var["value"])
-    return 0

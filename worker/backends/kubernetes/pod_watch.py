@@ -23,35 +23,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from worker.backends.kubernetes.objects import TRAINING_LABEL
+from worker.backends.kubernetes.observation import Pod, TrainingPods
 
 log = logging.getLogger(__name__)
 
-Pod = dict[str, Any]
 # Seconds one watch request lasts before it is resumed (the API server's limit is longer).
 WATCH_SECONDS = 60
 # Seconds between two attempts when the API cannot be reached.
 RETRY_SECONDS = 1.0
 # Uids of forgotten pods kept to ignore their late events.
 _FORGOTTEN_MAX = 100_000
-
-
-@dataclass(frozen=True)
-class TrainingPods:
-    """What the cache holds of one training: its live pods and the last state of those that
-    disappeared, by pod name."""
-
-    live: Mapping[str, Pod] = field(default_factory=dict)
-    gone: Mapping[str, Pod] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.live or self.gone)
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
