@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Row
 
-BENCHMARKS = ["latency", "training_overhead", "api", "scoring", "ddl_allreduce"]
+BENCHMARKS = ["latency", "training_overhead", "api", "scoring", "ddl_allreduce", "k8s"]
 
 
 def main() -> int:

@@ -188,7 +188,10 @@ class Platform:
 
     def installed_runtimes(self) -> frozenset[str]:
         """The framework runtimes installed where this platform's learners run (the local
-        backend: this machine's runtimes directory; the platform's always is)."""
+        backend: this machine's runtimes directory; the Kubernetes backend: every defined
+        one, each in its learner image; the platform's always is)."""
+        if self.settings.backend == "kubernetes":
+            return frozenset(runtimes.known(self.runtime_definitions))
         return runtimes.installed_names(self.settings.runtimes_path, self.runtime_definitions)
 
     def startable_runtimes(self) -> frozenset[str]:
@@ -201,7 +204,10 @@ class Platform:
         return installed | frozenset(runtimes.definitions(self.runtime_definitions))
 
     def runtime(self, name: str) -> RuntimeInfo | None:
-        """The installed runtime `name`; None where it is not installed."""
+        """The installed runtime `name`; None where it is not installed. On Kubernetes
+        every defined runtime is, in its learner image."""
+        if self.settings.backend == "kubernetes":
+            return runtimes.in_learner_image(name, self.runtime_definitions)
         return runtimes.installed(self.settings.runtimes_path, name, self.runtime_definitions)
 
     def install_runtime(

@@ -136,6 +136,18 @@ class Settings(BaseSettings):
         description="Kubernetes backend: seconds a training's pods are kept after it reached "
         "a terminal state, for debugging; 0: deleted at once.",
     )
+    k8s_image_pull_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="Kubernetes backend: seconds a learner's pod may wait for an image it "
+        "cannot pull (ErrImagePull, ImagePullBackOff) before the learner fails naming it.",
+    )
+    k8s_slots: int = Field(
+        default=1000,
+        gt=0,
+        description="Kubernetes backend: learners admitted at once; pods beyond what the "
+        "nodes hold wait in the scheduler (PENDING, with its message).",
+    )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )

@@ -272,6 +272,9 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             attempt=attempt,
             restore_checkpoints=restore,
             runtime=runtime,
+            tenant=training.tenant_id,
+            compute=platform.catalog.compute_configurations.get(training.compute_name),
+            max_runtime=training.manifest.get("max_runtime"),
         )
         learner_ids = [lr.learner_id for lr in training.learners]
     if attempt > 1 and backend.observe(training_id) is None:

@@ -242,6 +242,31 @@ def installed(root: Path, name: str, directory: Path = DEFINITIONS) -> RuntimeIn
     return _read_marker(runtime_dir(root, name, digest), name, digest)
 
 
+# Where the learner images (docker/learner-*.Dockerfile) install their runtime: their
+# DLAAS_RUNTIMES_DIR, built there by `dlaas runtimes install` as on a machine.
+IMAGE_RUNTIMES = Path("/opt/dlaas/runtimes")
+
+
+def in_learner_image(name: str, directory: Path = DEFINITIONS) -> RuntimeInfo | None:
+    """The runtime `name` as its learner image carries it (the Kubernetes backend: every
+    defined runtime has its image); None where `name` is not defined. What it provides is
+    the image's, unknown here."""
+    if name == PLATFORM:
+        return platform_runtime()
+    path = definitions(directory).get(name)
+    if path is None:
+        return None
+    digest = definition_hash(path)
+    prefix = runtime_dir(IMAGE_RUNTIMES, name, digest)
+    return RuntimeInfo(
+        name=name,
+        prefix=str(prefix),
+        python=str(prefix / "bin" / "python"),
+        requirements_hash=digest,
+        provides={},
+    )
+
+
 def installed_names(root: Path, directory: Path = DEFINITIONS) -> frozenset[str]:
     """The runtimes installed under `root` (the platform's always is)."""
     names = {PLATFORM}

@@ -20,6 +20,10 @@ def make_backend(settings: Settings) -> Backend:
             store_attempts=settings.store_retry_attempts,
             store_retry_seconds=settings.store_retry_seconds,
         )
+    if settings.backend == "kubernetes":
+        from worker.backends.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend.from_settings(settings)
     raise NotImplementedError(
         f"DLAAS_BACKEND={settings.backend} is not built yet; use DLAAS_BACKEND=local"
     )

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from service.domain.catalog import ComputeSpec
 from service.domain.lifecycle import LearnerObservation
 from service.logs.config import LogSinkConfig
 from service.runtimes import RuntimeInfo
@@ -41,6 +42,12 @@ class StartRequest:
     # The runtime the user's command runs in (the catalog's for its framework version);
     # None: the platform's own Python.
     runtime: RuntimeInfo | None = None
+    # Who the training is of, its compute configuration (resources, and on Kubernetes its
+    # node labels and tolerations) and its max_runtime in seconds: what a cluster's
+    # objects carry. None: the spec's resources, no deadline of the backend's own.
+    tenant: str = ""
+    compute: ComputeSpec | None = None
+    max_runtime: int | None = None
 
 
 @dataclass(frozen=True)

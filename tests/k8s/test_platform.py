@@ -1,0 +1,134 @@
+"""The platform with DLAAS_BACKEND=kubernetes and KUBECONFIG pointing at the emulated API
+server, as `dlaas up` runs it against a cluster: a training accepted through the REST API
+(a Horovod one: its runtime is in its learner image, nothing to install here), admitted
+by the monitor, launched by the worker's execution.launch, its objects created in the
+cluster, and its state followed from the pods the kubelet (the test) updates."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from kubernetes import client
+
+from service.dispatch import LAUNCH
+from service.domain.catalog import GPU_PRODUCT_LABEL, P100_PRODUCT
+from service.platform import Platform
+from service.settings import Settings
+from tests.conftest import ADMIN_KEY, create_tenant, submit
+from tests.k8s.conftest import NAMESPACE
+from tests.k8s.kubelet import RUN, ended, kubelet
+from tests.k8s_emulator import RunningApiserver
+from tests.manifest_cases import base
+from worker import execution
+from worker.backends import make_backend
+from worker.backends.kubernetes.backend import KubernetesBackend
+from worker.launchers.plan import learner_name_prefix
+from worker.monitor import Monitor
+
+
+@pytest.fixture
+def settings(
+    tmp_path: Path,
+    database_url: str,
+    k8s_apiserver: RunningApiserver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Settings:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(k8s_apiserver.kubeconfig))
+    return Settings(
+        home=tmp_path / "home",
+        runtimes_dir=tmp_path / "runtimes",  # empty: no runtime is installed on this machine
+        database_url=database_url,
+        admin_api_key=ADMIN_KEY,
+        allowed_data_endpoints="127.0.0.1:9000",
+        backend="kubernetes",
+        k8s_namespace=NAMESPACE,
+        k8s_image_prefix="registry.example.com/dlaas/",
+        k8s_image_tag="1.0",
+    )
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, task: str, training_id: str) -> None:
+        self.sent.append((task, training_id))
+
+
+def until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.02)
+    return value
+
+
+def test_every_defined_runtime_counts_as_installed_on_kubernetes(platform: Platform) -> None:
+    assert {"platform", "horovod-tf2.14", "ddl-tf2.14"} <= platform.installed_runtimes()
+    horovod = platform.runtime("horovod-tf2.14")
+    assert horovod is not None and horovod.prefix.startswith("/opt/dlaas/runtimes/horovod-tf2.14-")
+    assert platform.runtime("no-such-runtime") is None
+
+
+def test_a_training_submitted_through_the_api_runs_as_pods(
+    client: TestClient,
+    platform: Platform,
+    settings: Settings,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outbox = Outbox()
+    monkeypatch.setattr(platform, "dispatcher", outbox)
+    backend = make_backend(settings)
+    assert isinstance(backend, KubernetesBackend)
+    try:
+        headers = create_tenant(client, "acme")
+        manifest = base(
+            framework={"name": "tensorflow-horovod", "version": "2.21"},
+            compute_configuration={"name": "P100", "nodes": 2},
+        )
+        r = submit(client, headers, json.dumps(manifest))
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        monitor = Monitor(platform, backend)
+
+        monitor.tick()  # admitted, its launch sent to a worker
+        assert outbox.sent == [(LAUNCH, tid)]
+        execution.launch(platform, backend, tid)  # what the worker does with it
+
+        prefix = learner_name_prefix(tid)
+        selector = f"dlaas.io/training-id={tid}"
+        pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+        assert sorted(pods) == [f"{prefix}-1", f"{prefix}-2"]
+        for pod in pods.values():
+            assert pod.spec.node_selector == {GPU_PRODUCT_LABEL: P100_PRODUCT}
+            assert pod.spec.containers[0].image == (
+                "registry.example.com/dlaas/learner-horovod-tf2.14:1.0"
+            )
+        (service,) = core.list_namespaced_service(NAMESPACE, label_selector=selector).items
+        assert service.metadata.name == prefix
+        assert len(core.list_namespaced_secret(NAMESPACE, label_selector=selector).items) == 1
+
+        # The kubelet runs both learners: the monitor sees them from the watch.
+        for name in pods:
+            kubelet(core, name, "Running", ended(0), RUN, RUN)
+        until(lambda: [lo.phase for lo in backend.observe(tid).learners] == ["RUNNING"] * 2)  # type: ignore[union-attr]
+        monitor.tick()
+        training = client.get(f"/v1/trainings/{tid}", headers=headers).json()
+        assert training["status"] == "RUNNING"
+
+        for name in pods:
+            kubelet(core, name, "Succeeded", ended(0), ended(0), ended(0))
+        until(lambda: [lo.phase for lo in backend.observe(tid).learners] == ["COMPLETED"] * 2)  # type: ignore[union-attr]
+        monitor.tick()
+        training = client.get(f"/v1/trainings/{tid}", headers=headers).json()
+        assert training["status"] == "COMPLETED"
+    finally:
+        backend.close()  # type: ignore[attr-defined]

@@ -1,0 +1,442 @@
+"""The Kubernetes backend: each training's learners as pods in one namespace, created with
+the official client under the chart's Role (pods, services and secrets: create, get, list,
+watch, delete; nothing else), and observed from one watch (pod_watch) instead of polling.
+
+- start: the headless Service first (the owner: every other object of the training names
+  it in ownerReferences, so deleting it has the cluster delete them all), then the Secret
+  with the learners' specs (and an MPI key pair), then one pod per learner. An object that
+  already exists (409) was created by an earlier call: a second start creates nothing.
+  A start that fails deletes what it created, then raises. Objects of an older attempt
+  still there (kept for debugging) are deleted first.
+- observe: from the watch's cache only, each pod read by pod_states; a learner whose pod
+  is gone is LOST (one not seen yet is PENDING while its training's start is recent); the
+  attempt and the primaries from the pods' labels.
+- stop: the training's pods that still run deleted with the grace period, waiting
+  (bounded) until the watch has seen them go; those that ended run nothing and stay.
+- cleanup: the Secret, the pods and the Service deleted one by one (the garbage collector
+  would cascade from the Service, in its own time: a restarted start must not find them).
+  With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
+  that long after the last one ended (the Secret, with the credentials, never); the
+  monitor's FINALIZE of held trainings deletes them once it has passed.
+- Checkpoints are not saved between attempts on Kubernetes yet: save_checkpoints returns
+  None (each attempt starts with an empty CHECKPOINT_DIR).
+
+Everything is keyed by the cluster's labels, so a new backend (a restarted worker or
+monitor) reconciles from the cluster: nothing forgotten, nothing created twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from service import runtimes
+from service.domain.catalog import ComputeSpec
+from service.domain.names import label_value
+from service.settings import Settings
+from service.storage.base import ObjectStore
+from worker.backends.base import Observation, StartRequest
+from worker.backends.kubernetes import layout, pod_states
+from worker.backends.kubernetes.objects import (
+    ATTEMPT_LABEL,
+    TRAINING_LABEL,
+    ClusterConfig,
+    Owner,
+    SshKeyPair,
+    TrainingObjectsInput,
+    headless_service,
+    learner_env,
+    learner_pod,
+    secret_name,
+    training_secret,
+)
+from worker.backends.kubernetes.observation import Pod, TrainingPods, observation
+from worker.backends.kubernetes.pod_watch import PodWatch
+from worker.launchers import plan_launch
+from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, learner_name_prefix
+from worker.learner.spec import LearnerSpec
+
+log = logging.getLogger(__name__)
+
+# A training with no max_runtime (none is admitted without one) still gets a pod deadline.
+DEFAULT_MAX_RUNTIME = 7 * 24 * 3600
+# What stop() waits for the watch to see the pods gone, beyond the grace period.
+STOP_MARGIN_SECONDS = 10.0
+# Pod phases in which no container runs any more.
+_ENDED_PHASES = ("Succeeded", "Failed")
+# held() lists the Services at most this often (the monitor asks every pass).
+HELD_REFRESH_SECONDS = 10.0
+# The Service names its training's id in full (a label value may be shortened).
+TRAINING_ANNOTATION = "dlaas.io/training-id"
+
+
+def api_client() -> client.ApiClient:
+    """The official client, configured in the cluster (a pod's service account) where
+    KUBERNETES_SERVICE_HOST is set, else from KUBECONFIG (or ~/.kube/config)."""
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        # Read now: the client's own default is KUBECONFIG as it was when it was imported.
+        config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG") or None,
+            client_configuration=configuration,
+        )
+    return client.ApiClient(configuration)
+
+
+def ssh_key_pair() -> SshKeyPair:
+    """A fresh ed25519 key pair in OpenSSH format: one per training, for mpirun's ssh."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return SshKeyPair(private_key=private, public_key=public.decode() + " dlaas\n")
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    labels = obj.get("metadata", {}).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+class KubernetesBackend:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cluster: ClusterConfig,
+        *,
+        stop_grace_seconds: float = 3.0,
+        pod_ttl_seconds: int = 0,
+        image_pull_timeout: float = 300.0,
+        slots: int = 1000,
+        held_refresh_seconds: float = HELD_REFRESH_SECONDS,
+        store_attempts: int = 5,
+        store_retry_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.cluster = cluster
+        self.namespace = cluster.namespace
+        self.stop_grace_seconds = stop_grace_seconds
+        self.pod_ttl_seconds = pod_ttl_seconds
+        self.image_pull_timeout = image_pull_timeout
+        self._slots = slots
+        self.store_attempts = store_attempts
+        self.store_retry_seconds = store_retry_seconds
+        self.clock = clock
+        self.watch = PodWatch(self.core, self.namespace)
+        self._held: set[str] | None = None
+        self._held_at = 0.0
+        self._held_lock = threading.Lock()
+        self.held_refresh_seconds = held_refresh_seconds
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KubernetesBackend:
+        return cls(
+            api_client(),
+            ClusterConfig.from_settings(settings),
+            stop_grace_seconds=settings.stop_grace_seconds,
+            pod_ttl_seconds=settings.k8s_pod_ttl_seconds,
+            image_pull_timeout=settings.k8s_image_pull_timeout,
+            slots=settings.k8s_slots,
+            store_attempts=settings.store_retry_attempts,
+            store_retry_seconds=settings.store_retry_seconds,
+        )
+
+    def close(self) -> None:
+        self.watch.close()
+
+    # -- what the platform asks of any backend -------------------------------------------
+
+    def unsandboxed_reason(self) -> str | None:
+        return None  # the user's command runs in its own pod, without credentials
+
+    def slots(self) -> int:
+        """Learners admitted at once: pods beyond what the nodes hold queue in the
+        scheduler (PENDING, with its message)."""
+        return self._slots
+
+    @contextlib.contextmanager
+    def changes(self, wake: Callable[[], None]) -> Iterator[None]:
+        self.watch.ensure_started()
+        unsubscribe = self.watch.subscribe(wake)
+        try:
+            yield
+        finally:
+            unsubscribe()
+
+    def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
+        """Not built on Kubernetes: the learners' CHECKPOINT_DIR is an emptyDir of each pod,
+        gone with it, so a retried training starts again from nothing. None: nothing saved."""
+        return None
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self, request: StartRequest) -> None:
+        self.watch.ensure_started()
+        spec = request.spec
+        prefix = learner_name_prefix(spec.training_id)
+        mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
+        plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
+        inp = self._objects_input(
+            request, plan, Owner(prefix, "", kind="Service"), ssh_key_pair() if mpi_setup else None
+        )
+        created: list[tuple[str, str]] = []
+        try:
+            owner = self._create_service(inp, created)
+            inp = dataclasses.replace(inp, owner=owner)
+            self._create("secrets", training_secret(inp, self.cluster), created)
+            for lp in plan.learners:
+                pod = self._create("pods", learner_pod(inp, lp, self.cluster), created)
+                if pod is not None:
+                    self.watch.put(pod)
+        except Exception:
+            self._delete_created(created)
+            if ("services", prefix) in created:  # all of it was this call's: none is left
+                self.watch.forget(label_value(spec.training_id))
+            raise
+        with self._held_lock:
+            if self._held is not None:
+                self._held.add(spec.training_id)
+
+    def _objects_input(
+        self, request: StartRequest, plan: LaunchPlan, owner: Owner, ssh: SshKeyPair | None
+    ) -> TrainingObjectsInput:
+        spec = request.spec
+        compute = request.compute or ComputeSpec(
+            gpus=spec.gpus_per_node, cpus=max(spec.cpus, 1), memory_gib=max(spec.memory_gib, 1)
+        )
+        return TrainingObjectsInput(
+            training_id=spec.training_id,
+            tenant=request.tenant,
+            plan=plan,
+            learner_specs={lp.learner_id: self._learner_spec(request, lp) for lp in plan.learners},
+            runtime=request.runtime.name if request.runtime else runtimes.PLATFORM,
+            compute=compute,
+            max_runtime=request.max_runtime or DEFAULT_MAX_RUNTIME,
+            distribution=spec.distribution,
+            owner=owner,
+            attempt=request.attempt,
+            ssh=ssh,
+            stop_grace_seconds=max(1, round(self.stop_grace_seconds)),
+        )
+
+    def _learner_spec(self, request: StartRequest, lp: LearnerPlan) -> str:
+        env = learner_env(lp)
+        dirs = layout.DIRECTORIES
+        return LearnerSpec(
+            training_id=request.spec.training_id,
+            learner_id=lp.learner_id,
+            num_learners=request.spec.nodes,
+            hostname=lp.hostname,
+            argv=list(lp.argv),
+            env=env,
+            model_dir=dirs["MODEL_DIR"],
+            data_dir=dirs["DATA_DIR"],
+            result_dir=dirs["RESULT_DIR"],
+            log_dir=dirs["LOG_DIR"],
+            checkpoint_dir=dirs["CHECKPOINT_DIR"],
+            model_definition_key=request.model_definition_key,
+            store=request.store,
+            log_sink=request.log_sink,
+            results_prefix=request.results_prefix,
+            upload_results=lp.primary,
+            training_data=request.training_data,
+            results_target=request.results_target,
+            waits_for_peers=lp.waits_for_peers,
+            stop_grace_seconds=self.stop_grace_seconds,
+            max_log_bytes=request.max_log_bytes,
+            store_attempts=self.store_attempts,
+            store_retry_seconds=self.store_retry_seconds,
+        ).to_json()
+
+    def _create_service(self, inp: TrainingObjectsInput, created: list[tuple[str, str]]) -> Owner:
+        """Create the owner (or find the one an earlier start created) and return it as
+        the others' owner; one of an older attempt is deleted with all it owns first."""
+        body = headless_service(inp, self.cluster)
+        del body["metadata"]["ownerReferences"]  # it is the owner
+        body["metadata"]["labels"][ATTEMPT_LABEL] = str(inp.attempt)
+        body["metadata"]["annotations"] = {TRAINING_ANNOTATION: inp.training_id}
+        for _ in range(3):
+            try:
+                service = self.core.create_namespaced_service(
+                    self.namespace, body, _preload_content=False
+                )
+                found = json.loads(service.data)
+                created.append(("services", inp.prefix))
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                found = json.loads(
+                    self.core.read_namespaced_service(
+                        inp.prefix, self.namespace, _preload_content=False
+                    ).data
+                )
+                attempt = _labels(found).get(ATTEMPT_LABEL, "1")
+                if not attempt.isdigit() or int(attempt) < inp.attempt:
+                    log.info("deleting what is left of %s's attempt %s", inp.training_id, attempt)
+                    self._delete_all(inp.training_id, wait=True)
+                    continue
+            return Owner(inp.prefix, found["metadata"]["uid"], kind="Service")
+        raise RuntimeError(f"the Service {inp.prefix} of an older attempt could not be replaced")
+
+    def _create(
+        self, kind: str, body: dict[str, Any], created: list[tuple[str, str]]
+    ) -> Pod | None:
+        """Create one object; None if it already existed (an earlier start made it)."""
+        name = body["metadata"]["name"]
+        create = {
+            "secrets": self.core.create_namespaced_secret,
+            "pods": self.core.create_namespaced_pod,
+        }[kind]
+        try:
+            response = create(self.namespace, body, _preload_content=False)
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        created.append((kind, name))
+        result: Pod = json.loads(response.data)
+        return result
+
+    def _delete_created(self, created: list[tuple[str, str]]) -> None:
+        for kind, name in reversed(created):
+            try:
+                self._delete(kind, name, grace=0)
+            except Exception:
+                log.exception("deleting %s %s after a failed start failed", kind, name)
+
+    # -- observe ---------------------------------------------------------------------------
+
+    def observe(self, training_id: str) -> Observation | None:
+        self.watch.ensure_started()
+        pods = self.watch.pods(label_value(training_id))
+        if not pods:
+            return None
+        return observation(pods, self.clock(), self.image_pull_timeout)
+
+    # -- stop, clean up, held ----------------------------------------------------------------
+
+    def stop(self, training_id: str) -> None:
+        """Delete the pods that still run something (a pod that ended, Succeeded or Failed,
+        holds no process: it stays for cleanup, and the TTL) and wait until they are gone."""
+        self.watch.ensure_started()
+        training = label_value(training_id)
+        running = [
+            name
+            for name, pod in self.watch.pods(training).live.items()
+            if (pod.get("status") or {}).get("phase") not in _ENDED_PHASES
+        ]
+        for name in running:
+            self._delete("pods", name, grace=round(self.stop_grace_seconds))
+        timeout = self.stop_grace_seconds + STOP_MARGIN_SECONDS
+        if not self.watch.wait_gone(training, timeout, names=running):
+            log.warning(
+                "the pods of %s were still there %.0f s after deletion", training_id, timeout
+            )
+
+    def cleanup(self, training_id: str) -> None:
+        self.watch.ensure_started()
+        training = label_value(training_id)
+        prefix = learner_name_prefix(training_id)
+        # The credentials go at once, whatever is kept for debugging.
+        self._delete("secrets", secret_name(prefix), grace=0)
+        if self._kept_for_debugging(self.watch.pods(training)):
+            return
+        self._delete_all(training_id, wait=False)
+
+    def _kept_for_debugging(self, pods: TrainingPods) -> bool:
+        """Whether the pods (all ended) are within DLAAS_K8S_POD_TTL_SECONDS of the last end."""
+        if self.pod_ttl_seconds <= 0 or not pods.live:
+            return False
+        ends = [_finished_at(pod) for pod in pods.live.values()]
+        if any(end is None for end in ends):
+            return False
+        return self.clock() < max(e for e in ends if e is not None) + self.pod_ttl_seconds
+
+    def _delete_all(self, training_id: str, *, wait: bool) -> None:
+        """Every object of the training, by label (what a restarted backend finds too)."""
+        training = label_value(training_id)
+        selector = f"{TRAINING_LABEL}={training}"
+        for pod in self._list("pods", selector):
+            self._delete("pods", pod["metadata"]["name"], grace=0)
+        for secret in self._list("secrets", selector):
+            self._delete("secrets", secret["metadata"]["name"], grace=0)
+        for service in self._list("services", selector):
+            self._delete("services", service["metadata"]["name"], grace=0)
+        if wait:
+            self.watch.wait_gone(training, STOP_MARGIN_SECONDS)
+        self.watch.forget(training)
+        with self._held_lock:
+            if self._held is not None:
+                self._held.discard(training_id)
+
+    def held(self) -> list[str]:
+        """The trainings whose Service exists (their owner: what is left of them), read
+        again at most every `held_refresh_seconds`; cleanups and starts here update it."""
+        with self._held_lock:
+            now = time.monotonic()
+            if self._held is None or now - self._held_at > self.held_refresh_seconds:
+                self._held = {
+                    _training_id(service)
+                    for service in self._list("services", TRAINING_LABEL)
+                    if _training_id(service)
+                }
+                self._held_at = now
+            return sorted(self._held)
+
+    # -- the API -------------------------------------------------------------------------------
+
+    def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
+        lister = {
+            "pods": self.core.list_namespaced_pod,
+            "secrets": self.core.list_namespaced_secret,
+            "services": self.core.list_namespaced_service,
+        }[kind]
+        response = lister(self.namespace, label_selector=selector, _preload_content=False)
+        items = json.loads(response.data).get("items") or []
+        return [item for item in items if isinstance(item, dict)]
+
+    def _delete(self, kind: str, name: str, *, grace: int) -> None:
+        """Delete one object; one already gone is fine."""
+        delete = {
+            "pods": self.core.delete_namespaced_pod,
+            "secrets": self.core.delete_namespaced_secret,
+            "services": self.core.delete_namespaced_service,
+        }[kind]
+        try:
+            delete(name, self.namespace, grace_period_seconds=grace, _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def _training_id(service: dict[str, Any]) -> str:
+    """The training id a Service is of: its annotation (the label may be shortened)."""
+    annotations = service.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(TRAINING_ANNOTATION) or _labels(service).get(TRAINING_LABEL)
+    return value if isinstance(value, str) else ""
+
+
+def _finished_at(pod: Pod) -> float | None:
+    """When the pod's learner container ended, or None while it has not."""
+    state = pod_states.container_status(pod, pod_states.LEARNER).get("state") or {}
+    return pod_states.parse_time((state.get("terminated") or {}).get("finishedAt"))
