@@ -23,7 +23,9 @@ from service import runtimes
 from service.domain.catalog import ComputeSpec
 from service.domain.records import Secret
 from service.logs.config import LogSinkConfig
+from service.storage import keys
 from service.storage.config import StoreConfig
+from service.storage.local import LocalObjectStore
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
@@ -500,6 +502,28 @@ def test_a_new_attempt_replaces_what_is_left_of_the_last(
     assert {p.metadata.labels["dlaas.io/attempt"] for p in pods} == {"2"}
     eventually(lambda: (o := backend.observe(TRAINING)) and o.attempt == 2)
     assert phases(backend) == ["PENDING", "PENDING"]
+
+
+def test_save_checkpoints_counts_what_the_agents_saved(
+    backend: KubernetesBackend, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    attempt = keys.attempt_checkpoints_prefix(TRAINING, 1)
+    # Nothing held for the training: nothing to say about it.
+    assert backend.save_checkpoints(TRAINING, store, attempt) is None
+    backend.start(request())
+    (secret,) = core.list_namespaced_secret(NAMESPACE, label_selector=SELECTOR).items
+    specs = [json.loads(base64.b64decode(secret.data[f"learner-{i}.json"])) for i in (1, 2)]
+    assert [(s["checkpoints_prefix"], s["restore_checkpoints"]) for s in specs] == [
+        (f"{attempt}learner-1/", None),
+        (f"{attempt}learner-2/", None),
+    ]
+    # No agent saved anything (pods that never ran): None, the older attempt's are kept.
+    assert backend.save_checkpoints(TRAINING, store, attempt) is None
+    for i, size in ((1, 10), (2, 5)):
+        (tmp_path / "f").write_bytes(b"x" * size)
+        store.put_file(f"{attempt}learner-{i}/ckpt", tmp_path / "f")
+    assert backend.save_checkpoints(TRAINING, store, attempt) == 15
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -18,8 +18,12 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
   monitor's FINALIZE of held trainings deletes them once it has passed.
-- Checkpoints are not saved between attempts on Kubernetes yet: save_checkpoints returns
-  None (each attempt starts with an empty CHECKPOINT_DIR).
+- Checkpoints: each pod has its own CHECKPOINT_DIR (in `work`, an emptyDir) that the
+  platform cannot read, so the pod's steps move it: each learner's spec names where its
+  agent saves it when the command ends or is stopped (`keys.learner_checkpoints_prefix`
+  of the attempt's prefix) and the last attempt's saved one, which fetch restores (the
+  learner's own part) before the command runs. save_checkpoints counts what the agents
+  saved.
 
 Everything is keyed by the cluster's labels, so a new backend (a restarted worker or
 monitor) reconciles from the cluster: nothing forgotten, nothing created twice.
@@ -46,6 +50,7 @@ from service import runtimes
 from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
 from service.settings import Settings
+from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import layout, pod_states
@@ -184,9 +189,17 @@ class KubernetesBackend:
             unsubscribe()
 
     def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
-        """Not built on Kubernetes: the learners' CHECKPOINT_DIR is an emptyDir of each pod,
-        gone with it, so a retried training starts again from nothing. None: nothing saved."""
-        return None
+        """The bytes the training's agents saved under `prefix` (the attempt's, each
+        learner's CHECKPOINT_DIR below `learner-<i>/`): they save as their command ends or
+        is stopped (the pods are stopped when this is called), so nothing is copied here.
+        None when the backend holds no pod of the training, or no agent saved anything (a
+        pod that never ran, a stop past the grace period): the caller then keeps the older
+        attempt's checkpoints, to be restored again, instead of replacing them by nothing."""
+        self.watch.ensure_started()
+        if not self.watch.pods(label_value(training_id)):
+            return None
+        saved = [info.size for info in store.list(prefix)]
+        return sum(saved) if saved else None
 
     # -- start -----------------------------------------------------------------------------
 
@@ -266,6 +279,11 @@ class KubernetesBackend:
             max_log_bytes=request.max_log_bytes,
             store_attempts=self.store_attempts,
             store_retry_seconds=self.store_retry_seconds,
+            checkpoints_prefix=keys.learner_checkpoints_prefix(
+                keys.attempt_checkpoints_prefix(request.spec.training_id, request.attempt),
+                lp.learner_id,
+            ),
+            restore_checkpoints=request.restore_checkpoints,
         ).to_json()
 
     def _create_service(self, inp: TrainingObjectsInput, created: list[tuple[str, str]]) -> Owner:
