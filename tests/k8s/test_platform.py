@@ -25,7 +25,7 @@ from service.settings import Settings
 from service.storage import keys
 from tests.conftest import ADMIN_KEY, create_tenant, submit
 from tests.k8s.conftest import NAMESPACE
-from tests.k8s.kubelet import RUN, ended, kubelet
+from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from tests.manifest_cases import base
 from worker import execution
@@ -211,5 +211,52 @@ def test_a_retried_trainings_next_attempt_restores_the_checkpoints_its_pods_save
         with platform.sessions() as session:
             stored = repository.training_by_id(session, tid)
             assert stored is not None and stored.checkpoint_bytes == 1024
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+
+
+def test_the_pod_log_of_a_learner_whose_fetch_failed_is_in_the_trainings_logs(
+    client: TestClient,
+    platform: Platform,
+    settings: Settings,
+    core: client.CoreV1Api,
+    k8s_apiserver: RunningApiserver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its agent never ran, so nothing sent its output: the platform reads the fetch
+    container's log through the API when it finalizes the training."""
+    outbox = Outbox()
+    monkeypatch.setattr(platform, "dispatcher", outbox)
+    backend = make_backend(settings)
+    assert isinstance(backend, KubernetesBackend)
+    try:
+        headers = create_tenant(client, "acme")
+        manifest = base(
+            framework={"name": "tensorflow-horovod", "version": "2.21"},
+            compute_configuration={"name": "P100", "nodes": 2},
+        )
+        r = submit(client, headers, json.dumps(manifest))
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        monitor = Monitor(platform, backend)
+        monitor.tick()
+        execution.launch(platform, backend, tid)
+        prefix = learner_name_prefix(tid)
+        reason = "learner wrapper: the code archive trainings/x.zip is not in the object store"
+        k8s_apiserver.emulator.pod_logs[(NAMESPACE, f"{prefix}-1", "fetch")] = reason + "\n"
+        kubelet(core, f"{prefix}-1", "Failed", ended(2, "Error"), WAIT, WAIT)
+        kubelet(core, f"{prefix}-2", "Running", ended(0), RUN, RUN)
+        until(lambda: [lo.phase for lo in backend.observe(tid).learners] == ["FAILED", "RUNNING"])  # type: ignore[union-attr]
+        monitor.tick()
+        assert client.get(f"/v1/trainings/{tid}", headers=headers).json()["status"] == "FAILED"
+        execution.finalize(platform, backend, tid)  # the FINALIZE the monitor sent
+
+        logs = client.get(f"/v1/trainings/{tid}/logs", headers=headers)
+        assert logs.status_code == 200, logs.text
+        lines = [line.split(" ", 1)[1] for line in logs.text.splitlines()]
+        assert lines == [
+            "[learner 1] [dlaas] the pod log of its fetch container:",
+            f"[learner 1] {reason}",
+        ]
     finally:
         backend.close()  # type: ignore[attr-defined]

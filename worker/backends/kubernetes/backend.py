@@ -49,13 +49,16 @@ from kubernetes.client.rest import ApiException
 from service import runtimes
 from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
+from service.logs import LogStore, open_log_store
+from service.logs.base import LogRecord
 from service.settings import Settings
 from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
-from worker.backends.kubernetes import layout, pod_states
+from worker.backends.kubernetes import layout, pod_logs, pod_states
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
+    LEARNER_LABEL,
     TRAINING_LABEL,
     ClusterConfig,
     Owner,
@@ -134,6 +137,7 @@ class KubernetesBackend:
         held_refresh_seconds: float = HELD_REFRESH_SECONDS,
         store_attempts: int = 5,
         store_retry_seconds: float = 30.0,
+        log_store: LogStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -152,6 +156,10 @@ class KubernetesBackend:
         self._held_at = 0.0
         self._held_lock = threading.Lock()
         self.held_refresh_seconds = held_refresh_seconds
+        # Where the pod log fallback appends (the platform's log store), and the pods
+        # (uids) whose logs it has appended already.
+        self.log_store = log_store
+        self._pod_logs_read: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -164,6 +172,7 @@ class KubernetesBackend:
             slots=settings.k8s_slots,
             store_attempts=settings.store_retry_attempts,
             store_retry_seconds=settings.store_retry_seconds,
+            log_store=_platform_log_store(settings),
         )
 
     def close(self) -> None:
@@ -358,6 +367,7 @@ class KubernetesBackend:
         holds no process: it stays for cleanup, and the TTL) and wait until they are gone."""
         self.watch.ensure_started()
         training = label_value(training_id)
+        self._append_pod_logs(training_id)  # before the pods, and their logs, are gone
         running = [
             name
             for name, pod in self.watch.pods(training).live.items()
@@ -375,6 +385,7 @@ class KubernetesBackend:
         self.watch.ensure_started()
         training = label_value(training_id)
         prefix = learner_name_prefix(training_id)
+        self._append_pod_logs(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
         if self._kept_for_debugging(self.watch.pods(training)):
@@ -421,6 +432,59 @@ class KubernetesBackend:
                 self._held_at = now
             return sorted(self._held)
 
+    # -- the pod log fallback ------------------------------------------------------------------
+
+    def _append_pod_logs(self, training_id: str) -> None:
+        """For each pod of the training whose agent never ran or could not send the
+        learner's output (pod_logs.containers_to_read), append what its containers said
+        (their pod logs, at most pod_logs.POD_LOG_BYTES a pod) to the learner's log in the
+        log store, once per pod. Called by stop and cleanup (a FINALIZE, or the end of an
+        attempt), never by observe: the monitor's pass makes no API call. Best effort: a
+        log that cannot be read or appended is logged here and the stop goes on. A pod
+        kept for DLAAS_K8S_POD_TTL_SECONDS and finalized again by a restarted worker may
+        have its logs appended twice."""
+        if self.log_store is None:
+            return
+        for name, pod in sorted(self.watch.pods(label_value(training_id)).live.items()):
+            uid = str(pod.get("metadata", {}).get("uid") or name)
+            containers = pod_logs.containers_to_read(pod)
+            learner = _labels(pod).get(LEARNER_LABEL, "")
+            if uid in self._pod_logs_read or not containers or not learner.isdigit():
+                continue
+            lines = self._pod_log_lines(name, containers)
+            if not lines:
+                continue
+            now = self.clock()
+            try:
+                self.log_store.append(training_id, [LogRecord(int(learner), now, x) for x in lines])
+            except Exception:
+                log.exception("appending the pod log of %s to %s's log failed", name, training_id)
+                continue
+            self._pod_logs_read.add(uid)
+
+    def _pod_log_lines(self, name: str, containers: tuple[str, ...]) -> list[str]:
+        lines: list[str] = []
+        left = pod_logs.POD_LOG_BYTES
+        for container in containers:
+            if left <= 0:
+                break
+            try:
+                response = self.core.read_namespaced_pod_log(
+                    name,
+                    self.namespace,
+                    container=container,
+                    limit_bytes=left + 1,
+                    _preload_content=False,
+                )
+            except ApiException as e:
+                if e.status not in (400, 404):  # no log: the container never ran after all
+                    log.warning("reading the log of %s/%s failed: %s", name, container, e)
+                continue
+            data: bytes = response.data
+            lines += pod_logs.log_lines(container, data[:left], cut=len(data) > left)
+            left -= len(data)
+        return lines
+
     # -- the API -------------------------------------------------------------------------------
 
     def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
@@ -445,6 +509,15 @@ class KubernetesBackend:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+def _platform_log_store(settings: Settings) -> LogStore:
+    """The platform's log store, as service.platform.Platform opens it: Redis where the
+    settings name one (what pods can reach), else the files under DLAAS_HOME."""
+    url = settings.resolved_log_store_url
+    if url:
+        return open_log_store("redis", url=url)
+    return open_log_store("file", dir=str(settings.home_dir / "logs"))
 
 
 def _training_id(service: dict[str, Any]) -> str:
