@@ -6,6 +6,8 @@ and never sees the spec.
 Both reuse the local wrapper's parts: fetch is its DOWNLOADING phase
 (worker.learner.transfers), the agent its log tee (worker.learner.logtee: the same
 records, learner id and max_log_bytes cap) and its STORING phase (the same keys). The
+pod's CHECKPOINT_DIR is its own, which the platform cannot read: fetch restores the last
+attempt's into it, the agent saves it (LearnerSpec.restore_checkpoints, checkpoints_prefix). The
 agent reads the command's output from the `io` volume (worker.learner.pod_io) instead of
 a pipe, stores once the exit file appears, answers with the `stored` file, and then waits
 to be stopped: the kubelet stops a native sidecar after the learner container exits.
