@@ -147,6 +147,9 @@ class Apiserver(kmock.KubernetesEmulator):
     # Watches may resume from any resourceVersion >= this one.
     _oldest_rv: int = attrs.field(default=1, init=False)
     _changed: asyncio.Condition = attrs.field(factory=asyncio.Condition, init=False)
+    # What `GET pods/<name>/log?container=<c>` answers (kmock serves no pods/log): the text
+    # a test sets as a container's log, by (namespace, pod, container).
+    pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
 
     def _next_rv(self) -> str:
         self._current_rv = next(self._counter)
@@ -160,6 +163,8 @@ class Apiserver(kmock.KubernetesEmulator):
             request = watching
         if request.resource is None:
             return await super()._handle(request)
+        if _is_pods(request.resource) and request.subresource == "log":
+            return self._serve_pod_log(request)
         if request.method == kmock.method.DELETE and request.name is None:
             async with self._mutating:
                 return await self._delete_collection(request)
@@ -185,6 +190,17 @@ class Apiserver(kmock.KubernetesEmulator):
                     deleted = await self._record(key, request.action, rv)
                     if deleted is not None and not _orphans(request):
                         await self._collect_garbage(deleted)
+
+    def _serve_pod_log(self, request: rendering.Request) -> aiohttp.web.Response:
+        """A container's log as a kubelet serves it through the API: text/plain, cut at
+        limitBytes; 404 for a pod or container it has none of (it never ran)."""
+        key = (request.namespace or "", request.name or "", request.params.get("container", ""))
+        if request.method != kmock.method.GET or key not in self.pod_logs:
+            return aiohttp.web.json_response({"kind": "Status", "code": 404}, status=404)
+        data = self.pod_logs[key].encode()
+        if (limit := request.params.get("limitBytes", "")).isdigit():
+            data = data[: int(limit)]
+        return aiohttp.web.Response(body=data, content_type="text/plain")
 
     async def _delete_collection(self, request: rendering.Request) -> aiohttp.web.Response:
         """DELETE on a collection (`delete_collection_namespaced_pod`), which kmock lacks:

@@ -7,6 +7,7 @@ The platform's store:
     trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
     trainings/<id>/checkpoints/attempt-<n>/...     CHECKPOINT_DIR as attempt n left it
+                                                   (learner-<i>/... for learners with one each)
     deployments/<id>/model/...                     the deployed copy of the SavedModel
 A user's results bucket (the manifest's training_results_reference), WML's layout:
     training-<id>/...                              the same tree as trainings/<id>/results/
@@ -65,6 +66,27 @@ def checkpoint_attempt(training_id: str, key: str) -> int | None:
     head = rest.split("/", 1)[0]
     number = head.removeprefix("attempt-")
     return int(number) if number != head and number.isdigit() else None
+
+
+def learner_checkpoints_prefix(attempt_prefix: str, learner_id: int) -> str:
+    """Learner i's own CHECKPOINT_DIR within an attempt's (`attempt_checkpoints_prefix`):
+    where learners that each have one (a pod each, on Kubernetes) save theirs. Learners
+    that share one (the local backend) save it at the attempt's prefix itself."""
+    return f"{attempt_prefix}learner-{learner_id}/"
+
+
+def checkpoints_of_learner(attempt_prefix: str, relative_keys: list[str], learner_id: int) -> str:
+    """Which part of a saved CHECKPOINT_DIR (its keys relative to `attempt_prefix`)
+    learner i restores: its own part where the learners saved one each, the whole where
+    they shared one (no top-level `learner-<n>/` folder)."""
+    if any(_is_learner_folder(key.split("/", 1)[0]) for key in relative_keys if "/" in key):
+        return learner_checkpoints_prefix(attempt_prefix, learner_id)
+    return attempt_prefix
+
+
+def _is_learner_folder(name: str) -> bool:
+    number = name.removeprefix("learner-")
+    return number != name and number.isdigit()
 
 
 def learner_log_key(results: str, learner_id: int) -> str:

@@ -8,6 +8,7 @@ standard library fails the test that takes that path."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
@@ -83,6 +84,24 @@ SCRIPTS = {
         if sys.argv[1] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         sys.exit(int(sys.argv[1]))
+    """,
+    "ckpt.py": """
+        import os, sys
+        ckpt = os.environ["CHECKPOINT_DIR"]
+        found = sorted(
+            os.path.relpath(os.path.join(d, f), ckpt) for d, _, fs in os.walk(ckpt) for f in fs
+        )
+        print("restored:", ",".join(found), flush=True)
+        os.makedirs(f"{ckpt}/step-2", exist_ok=True)
+        open(f"{ckpt}/step-2/model.ckpt", "w").write("two")
+        open(f"{ckpt}/latest", "w").write("step-2")
+        os.symlink("/etc/hostname", f"{ckpt}/outside")  # a link out of it: never saved
+        os.mkfifo(f"{ckpt}/fifo")  # nor anything but regular files
+        if sys.argv[1:] == ["wait"]:
+            import time
+            print("saved step 2", flush=True)
+            time.sleep(60)
+        sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
     """,
     "stop.py": """
         import os, signal, subprocess, sys, time
@@ -694,3 +713,128 @@ def test_an_io_volume_that_cannot_be_written_fails_the_start(pod: Pod) -> None:
     _, err = runner.communicate(timeout=20)
     assert runner.returncode == pod_run.EXIT_CANNOT_START, err
     assert "its output cannot go to" in pod.termination("run").read_text()
+
+
+# -- checkpoints between attempts ---------------------------------------------------------
+
+CKPT = "trainings/{}/checkpoints/attempt-{}/"
+
+
+def ckpt_pod(tmp_path: Path, stdlib_path: Path, attempt: int, **overrides: Any) -> Pod:
+    """Learner 1's pod in the given attempt of its training, saving its
+    CHECKPOINT_DIR where the Kubernetes backend has it saved."""
+    pod = Pod(tmp_path, stdlib_path, **overrides)
+    pod.spec = dataclasses.replace(
+        pod.spec, checkpoints_prefix=CKPT.format(pod.training_id, attempt) + "learner-1/"
+    )
+    pod.spec.write(pod.spec_path)
+    return pod
+
+
+def saved(pod: Pod, prefix: str) -> dict[str, str]:
+    return {info.key[len(prefix) :]: pod.object_text(info.key) for info in pod.store.list(prefix)}
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_agent_saves_checkpoint_dir_when_the_command_ends(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore, code: int
+) -> None:
+    pod = ckpt_pod(tmp_path, stdlib_path, 1)
+    try:
+        assert pod.run_to_end(pod.script("ckpt.py", str(code))) == code, pod.stderr
+        prefix = CKPT.format(pod.training_id, 1)
+        # Regular files only: the link out of CHECKPOINT_DIR and the FIFO are not saved.
+        assert saved(pod, prefix) == {
+            "learner-1/step-2/model.ckpt": "two",
+            "learner-1/latest": "step-2",
+        }
+        assert pod.stop_agent() == 0
+    finally:
+        pod.kill()
+        redis_logs.delete(pod.training_id)
+
+
+def test_the_agent_saves_checkpoint_dir_when_stopped(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore
+) -> None:
+    pod = ckpt_pod(tmp_path, stdlib_path, 2)
+    try:
+        assert pod.fetch().returncode == 0
+        agent = pod.start_agent()
+        pod.start_run(pod.script("ckpt.py", "wait"))
+        wait_until(lambda: any(r.line == "saved step 2" for r in pod.records(redis_logs)), 20)
+        agent.send_signal(signal.SIGTERM)  # the pod deleted: a stop, or the next attempt
+        assert agent.wait(timeout=20) == 143
+        assert saved(pod, CKPT.format(pod.training_id, 2)) == {
+            "learner-1/step-2/model.ckpt": "two",
+            "learner-1/latest": "step-2",
+        }
+    finally:
+        pod.kill()
+        redis_logs.delete(pod.training_id)
+
+
+def test_fetch_restores_the_learners_part_of_the_last_attempts_checkpoints(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore
+) -> None:
+    """Attempt 2 of learner 1 finds what learner 1 of attempt 1 saved (not learner 2's),
+    and saves its own under attempt 2."""
+    pod = ckpt_pod(tmp_path, stdlib_path, 2)
+    last = CKPT.format(pod.training_id, 1)
+    for key, text in {
+        "learner-1/step-1/model.ckpt": "one",
+        "learner-1/latest": "step-1",
+        "learner-2/theirs": "no",
+    }.items():
+        (tmp_path / "obj").write_text(text)
+        pod.store.put_file(last + key, tmp_path / "obj")
+    pod.spec = dataclasses.replace(pod.spec, restore_checkpoints=last)
+    pod.spec.write(pod.spec_path)
+    try:
+        fetched = pod.fetch()
+        assert fetched.returncode == 0, fetched.stderr
+        assert "restored 2 checkpoint files of the last attempt" in fetched.stdout
+        pod.start_agent()
+        runner = pod.start_run(pod.script("ckpt.py"))
+        _, err = runner.communicate(timeout=60)
+        assert runner.returncode == 0, err
+        restored = [r.line for r in pod.records(redis_logs) if r.line.startswith("restored:")]
+        assert restored == ["restored: latest,step-1/model.ckpt"]
+        assert saved(pod, CKPT.format(pod.training_id, 2)) == {
+            "learner-1/step-1/model.ckpt": "one",
+            "learner-1/step-2/model.ckpt": "two",
+            "learner-1/latest": "step-2",
+        }
+    finally:
+        pod.kill()
+        redis_logs.delete(pod.training_id)
+
+
+def test_fetch_restores_a_shared_checkpoint_dir_whole(tmp_path: Path, stdlib_path: Path) -> None:
+    """Checkpoints saved as one CHECKPOINT_DIR (no learner-<i>/ folders, the local
+    backend's layout) are every learner's."""
+    pod = Pod(tmp_path, stdlib_path)
+    last = f"trainings/{pod.training_id}/checkpoints/attempt-1/"
+    for key in ("model.ckpt", "sub/learner-1.idx"):
+        (tmp_path / "obj").write_text(key)
+        pod.store.put_file(last + key, tmp_path / "obj")
+    pod.spec = dataclasses.replace(pod.spec, restore_checkpoints=last)
+    pod.spec.write(pod.spec_path)
+    fetched = pod.fetch()
+    assert fetched.returncode == 0, fetched.stderr
+    ckpt = Path(pod.dirs["CHECKPOINT_DIR"])
+    assert (ckpt / "model.ckpt").read_text() == "model.ckpt"
+    assert (ckpt / "sub" / "learner-1.idx").read_text() == "sub/learner-1.idx"
+
+
+def test_a_restore_that_fails_fails_the_fetch(tmp_path: Path, stdlib_path: Path) -> None:
+    pod = Pod(tmp_path, stdlib_path, restore_checkpoints="trainings/x/checkpoints/attempt-1/")
+    (tmp_path / "obj").write_text("x")
+    pod.store.put_file("trainings/x/checkpoints/attempt-1/sub/ckpt", tmp_path / "obj")
+    Path(pod.dirs["CHECKPOINT_DIR"]).mkdir(parents=True)
+    (Path(pod.dirs["CHECKPOINT_DIR"]) / "sub").write_text("a file where a directory goes")
+    fetched = pod.fetch()
+    assert fetched.returncode == 2
+    assert "the checkpoints of the last attempt could not be restored" in (
+        pod.termination("fetch").read_text()
+    )

@@ -22,13 +22,16 @@ from kubernetes.config import incluster_config
 from service import runtimes
 from service.domain.catalog import ComputeSpec
 from service.domain.records import Secret
+from service.logs import open_log_store
 from service.logs.config import LogSinkConfig
+from service.storage import keys
 from service.storage.config import StoreConfig
+from service.storage.local import LocalObjectStore
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from worker.backends.base import Observation, StartRequest
-from worker.backends.kubernetes import pod_watch
+from worker.backends.kubernetes import pod_logs, pod_watch
 from worker.backends.kubernetes.backend import KubernetesBackend, api_client
 from worker.backends.kubernetes.objects import ClusterConfig
 from worker.backends.kubernetes.observation import MISSING_POD_GRACE_SECONDS
@@ -502,6 +505,95 @@ def test_a_new_attempt_replaces_what_is_left_of_the_last(
     assert phases(backend) == ["PENDING", "PENDING"]
 
 
+def test_save_checkpoints_counts_what_the_agents_saved(
+    backend: KubernetesBackend, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    store = LocalObjectStore(tmp_path / "store")
+    attempt = keys.attempt_checkpoints_prefix(TRAINING, 1)
+    # Nothing held for the training: nothing to say about it.
+    assert backend.save_checkpoints(TRAINING, store, attempt) is None
+    backend.start(request())
+    (secret,) = core.list_namespaced_secret(NAMESPACE, label_selector=SELECTOR).items
+    specs = [json.loads(base64.b64decode(secret.data[f"learner-{i}.json"])) for i in (1, 2)]
+    assert [(s["checkpoints_prefix"], s["restore_checkpoints"]) for s in specs] == [
+        (f"{attempt}learner-1/", None),
+        (f"{attempt}learner-2/", None),
+    ]
+    # No agent saved anything (pods that never ran): None, the older attempt's are kept.
+    assert backend.save_checkpoints(TRAINING, store, attempt) is None
+    for i, size in ((1, 10), (2, 5)):
+        (tmp_path / "f").write_bytes(b"x" * size)
+        store.put_file(f"{attempt}learner-{i}/ckpt", tmp_path / "f")
+    assert backend.save_checkpoints(TRAINING, store, attempt) == 15
+
+
+# -- the pod log fallback --------------------------------------------------------------------
+
+
+def set_pod_log(apiserver: RunningApiserver, pod: str, container: str, text: str) -> None:
+    apiserver.emulator.pod_logs[(NAMESPACE, pod, container)] = text
+
+
+def test_the_pod_log_of_a_learner_whose_agent_never_ran_is_appended_to_its_log(
+    make_backend: Callable[..., KubernetesBackend],
+    core: client.CoreV1Api,
+    k8s_apiserver: RunningApiserver,
+    tmp_path: Path,
+) -> None:
+    logs = open_log_store("file", dir=str(tmp_path / "logs"))
+    backend = make_backend(log_store=logs, pod_ttl_seconds=600)
+    backend.start(request())
+    # Learner 1's fetch failed: its agent and command never ran. Learner 2's agent ran
+    # (and sent its output itself): its pod log is not read.
+    set_pod_log(
+        k8s_apiserver,
+        f"{PREFIX}-1",
+        "fetch",
+        "learner wrapper: the code archive could not be downloaded\n\x1b[31mred\x07\n",
+    )
+    set_pod_log(k8s_apiserver, f"{PREFIX}-2", "learner", "sent by the agent already\n")
+    kubelet(core, f"{PREFIX}-1", "Failed", ended(2, "Error"), WAIT, WAIT)
+    kubelet(core, f"{PREFIX}-2", "Failed", ended(0), ended(0), ended(1, "Error"))
+    eventually(lambda: phases(backend) == ["FAILED", "FAILED"])
+    backend.stop(TRAINING)
+    backend.cleanup(TRAINING)  # kept for the TTL: cleaned up again later
+    backend.cleanup(TRAINING)
+    records, _ = logs.read(TRAINING)
+    assert [(r.learner, r.line) for r in records] == [
+        (1, "[dlaas] the pod log of its fetch container:"),
+        (1, "learner wrapper: the code archive could not be downloaded"),
+        (1, "[31mred"),  # untrusted text: control characters dropped
+    ]
+
+
+def test_the_pod_log_fallback_is_capped(
+    backend: KubernetesBackend,
+    core: client.CoreV1Api,
+    k8s_apiserver: RunningApiserver,
+    tmp_path: Path,
+) -> None:
+    backend.log_store = logs = open_log_store("file", dir=str(tmp_path / "logs"))
+    backend.start(request(nodes=1))
+    # The agent could not work (no log store to send to): fetch's and the command's logs.
+    set_pod_log(k8s_apiserver, f"{PREFIX}-1", "fetch", "fetched\n")
+    big = "".join(f"line {i:06d} {'x' * 90}\n" for i in range(2000))  # 200 KB
+    set_pod_log(k8s_apiserver, f"{PREFIX}-1", "learner", big)
+    kubelet(core, f"{PREFIX}-1", "Failed", ended(0), ended(2, "Error"), ended(1, "Error"))
+    eventually(lambda: phases(backend) == ["FAILED"])
+    backend.cleanup(TRAINING)
+    lines = [r.line for r in logs.read(TRAINING, limit=100_000)[0]]
+    assert lines[:3] == [
+        "[dlaas] the pod log of its fetch container:",
+        "fetched",
+        "[dlaas] the pod log of its learner container:",
+    ]
+    assert lines[3] == f"line 000000 {'x' * 90}"
+    assert lines[-1] == f"[dlaas] the pod log was cut at {pod_logs.POD_LOG_BYTES} bytes"
+    # Exactly the cap: every byte of fetch's log, the learner's up to it (its last line cut).
+    kept = "\n".join(lines[1:2]) + "\n" + "\n".join(lines[3:-1])
+    assert len(kept.encode()) == pod_logs.POD_LOG_BYTES
+
+
 # -- configuration ---------------------------------------------------------------------------
 
 
@@ -565,16 +657,26 @@ def _verbs_used(api: client.ApiClient) -> set[tuple[str, str]]:
     return used
 
 
-def test_the_backend_uses_only_what_the_charts_role_allows(k8s_apiserver: RunningApiserver) -> None:
+def test_the_backend_uses_only_what_the_charts_role_allows(
+    k8s_apiserver: RunningApiserver, core: client.CoreV1Api, tmp_path: Path
+) -> None:
     from tests.deploy.test_chart import EXPECTED_RULES
 
     allowed = {(r, v) for rule in EXPECTED_RULES for r in rule["resources"] for v in rule["verbs"]}
     api = config.new_client_from_config(config_file=str(k8s_apiserver.kubeconfig))
     used = _verbs_used(api)
-    backend = KubernetesBackend(api, CLUSTER, stop_grace_seconds=1, pod_ttl_seconds=60)
+    logs = open_log_store("file", dir=str(tmp_path / "logs"))
+    backend = KubernetesBackend(
+        api, CLUSTER, stop_grace_seconds=1, pod_ttl_seconds=60, log_store=logs
+    )
     try:
         backend.start(request(framework="tensorflow-horovod"))
         backend.start(request(framework="tensorflow-horovod"))
+        # Learner 1's fetch fails (the kubelet's client is not the backend's): its pod log
+        # is read at the stop.
+        set_pod_log(k8s_apiserver, f"{PREFIX}-1", "fetch", "no code\n")
+        kubelet(core, f"{PREFIX}-1", "Failed", ended(2, "Error"), WAIT, WAIT)
+        eventually(lambda: phases(backend)[0] == "FAILED")
         backend.observe(TRAINING)
         backend.held()
         backend.stop(TRAINING)
@@ -587,3 +689,4 @@ def test_the_backend_uses_only_what_the_charts_role_allows(k8s_apiserver: Runnin
         api.close()
     assert used - allowed == set()
     assert {("pods", "watch"), ("services", "create"), ("secrets", "delete")} <= used
+    assert ("pods/log", "get") in used

@@ -6,6 +6,7 @@ cluster, and its state followed from the pods the kubelet (the test) updates."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -16,13 +17,15 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client
 
+from service.db import repository
 from service.dispatch import LAUNCH
 from service.domain.catalog import GPU_PRODUCT_LABEL, P100_PRODUCT
 from service.platform import Platform
 from service.settings import Settings
+from service.storage import keys
 from tests.conftest import ADMIN_KEY, create_tenant, submit
 from tests.k8s.conftest import NAMESPACE
-from tests.k8s.kubelet import RUN, ended, kubelet
+from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from tests.manifest_cases import base
 from worker import execution
@@ -130,5 +133,130 @@ def test_a_training_submitted_through_the_api_runs_as_pods(
         monitor.tick()
         training = client.get(f"/v1/trainings/{tid}", headers=headers).json()
         assert training["status"] == "COMPLETED"
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+
+
+def test_a_retried_trainings_next_attempt_restores_the_checkpoints_its_pods_saved(
+    client: TestClient,
+    platform: Platform,
+    settings: Settings,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Attempt 1's agents saved each learner's CHECKPOINT_DIR under attempt-1/learner-<i>/
+    (as tests/integration/test_pod_steps.py shows them do); its learners fail with a code
+    the retry policy covers; attempt 2's learner specs restore attempt 1's checkpoints and
+    save their own under attempt-2/, and the saved bytes count as the training's."""
+    outbox = Outbox()
+    monkeypatch.setattr(platform, "dispatcher", outbox)
+    backend = make_backend(settings)
+    assert isinstance(backend, KubernetesBackend)
+    try:
+        headers = create_tenant(client, "acme")
+        manifest = base(
+            framework={"name": "tensorflow-horovod", "version": "2.21"},
+            compute_configuration={"name": "P100", "nodes": 2},
+            retry_policy={"max_retries": 1, "retry_on_exit_codes": [3]},
+        )
+        r = submit(client, headers, json.dumps(manifest))
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        monitor = Monitor(platform, backend)
+        monitor.tick()
+        execution.launch(platform, backend, tid)
+        prefix = learner_name_prefix(tid)
+        selector = f"dlaas.io/training-id={tid}"
+
+        def specs() -> dict[str, dict[str, Any]]:
+            (secret,) = core.list_namespaced_secret(NAMESPACE, label_selector=selector).items
+            return {
+                name: json.loads(base64.b64decode(data))
+                for name, data in secret.data.items()
+                if name.startswith("learner-")
+            }
+
+        first = keys.attempt_checkpoints_prefix(tid, 1)
+        assert {
+            name: (s["checkpoints_prefix"], s["restore_checkpoints"]) for name, s in specs().items()
+        } == {
+            "learner-1.json": (f"{first}learner-1/", None),
+            "learner-2.json": (f"{first}learner-2/", None),
+        }
+
+        # What attempt 1's agents saved, then its learners fail with exit code 3.
+        for i, size in ((1, 1000), (2, 24)):
+            (tmp_path / "ckpt").write_bytes(b"c" * size)
+            platform.store.put_file(f"{first}learner-{i}/model.ckpt", tmp_path / "ckpt")
+        for i in (1, 2):
+            kubelet(core, f"{prefix}-{i}", "Failed", ended(0), ended(0), ended(3, "Error"))
+        until(lambda: [lo.phase for lo in backend.observe(tid).learners] == ["FAILED"] * 2)  # type: ignore[union-attr]
+        monitor.tick()  # attempt 2 recorded, its launch sent
+        training = client.get(f"/v1/trainings/{tid}", headers=headers).json()
+        assert training["status"] == "PENDING", training
+        monitor.tick()
+        assert outbox.sent[-1] == (LAUNCH, tid)
+        execution.launch(platform, backend, tid)
+
+        second = keys.attempt_checkpoints_prefix(tid, 2)
+        assert {
+            name: (s["checkpoints_prefix"], s["restore_checkpoints"]) for name, s in specs().items()
+        } == {
+            "learner-1.json": (f"{second}learner-1/", first),
+            "learner-2.json": (f"{second}learner-2/", first),
+        }
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        assert {p.metadata.labels["dlaas.io/attempt"] for p in pods} == {"2"}
+        with platform.sessions() as session:
+            stored = repository.training_by_id(session, tid)
+            assert stored is not None and stored.checkpoint_bytes == 1024
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+
+
+def test_the_pod_log_of_a_learner_whose_fetch_failed_is_in_the_trainings_logs(
+    client: TestClient,
+    platform: Platform,
+    settings: Settings,
+    core: client.CoreV1Api,
+    k8s_apiserver: RunningApiserver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its agent never ran, so nothing sent its output: the platform reads the fetch
+    container's log through the API when it finalizes the training."""
+    outbox = Outbox()
+    monkeypatch.setattr(platform, "dispatcher", outbox)
+    backend = make_backend(settings)
+    assert isinstance(backend, KubernetesBackend)
+    try:
+        headers = create_tenant(client, "acme")
+        manifest = base(
+            framework={"name": "tensorflow-horovod", "version": "2.21"},
+            compute_configuration={"name": "P100", "nodes": 2},
+        )
+        r = submit(client, headers, json.dumps(manifest))
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        monitor = Monitor(platform, backend)
+        monitor.tick()
+        execution.launch(platform, backend, tid)
+        prefix = learner_name_prefix(tid)
+        reason = "learner wrapper: the code archive trainings/x.zip is not in the object store"
+        k8s_apiserver.emulator.pod_logs[(NAMESPACE, f"{prefix}-1", "fetch")] = reason + "\n"
+        kubelet(core, f"{prefix}-1", "Failed", ended(2, "Error"), WAIT, WAIT)
+        kubelet(core, f"{prefix}-2", "Running", ended(0), RUN, RUN)
+        until(lambda: [lo.phase for lo in backend.observe(tid).learners] == ["FAILED", "RUNNING"])  # type: ignore[union-attr]
+        monitor.tick()
+        assert client.get(f"/v1/trainings/{tid}", headers=headers).json()["status"] == "FAILED"
+        execution.finalize(platform, backend, tid)  # the FINALIZE the monitor sent
+
+        logs = client.get(f"/v1/trainings/{tid}/logs", headers=headers)
+        assert logs.status_code == 200, logs.text
+        lines = [line.split(" ", 1)[1] for line in logs.text.splitlines()]
+        assert lines == [
+            "[learner 1] [dlaas] the pod log of its fetch container:",
+            f"[learner 1] {reason}",
+        ]
     finally:
         backend.close()  # type: ignore[attr-defined]

@@ -89,6 +89,8 @@ def test_secret_of_takes_strings_and_secret_holders() -> None:
             "spec.training_data.store.secret_key: int is not allowed",
         ),
         (lambda d: d.update(store="local"), "spec.store: expected an object"),
+        (lambda d: d.update(checkpoints_prefix=1), "spec.checkpoints_prefix: int is not"),
+        (lambda d: d.update(restore_checkpoints=[]), "spec.restore_checkpoints: list is not"),
     ],
 )
 def test_a_spec_of_another_shape_is_refused(change: Any, message: str) -> None:

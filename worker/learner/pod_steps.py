@@ -6,6 +6,8 @@ and never sees the spec.
 Both reuse the local wrapper's parts: fetch is its DOWNLOADING phase
 (worker.learner.transfers), the agent its log tee (worker.learner.logtee: the same
 records, learner id and max_log_bytes cap) and its STORING phase (the same keys). The
+pod's CHECKPOINT_DIR is its own, which the platform cannot read: fetch restores the last
+attempt's into it, the agent saves it (LearnerSpec.restore_checkpoints, checkpoints_prefix). The
 agent reads the command's output from the `io` volume (worker.learner.pod_io) instead of
 a pipe, stores once the exit file appears, answers with the `stored` file, and then waits
 to be stopped: the kubelet stops a native sidecar after the learner container exits.
@@ -83,6 +85,8 @@ def fetch(spec_path: Path, private_dir: Path, termination_log: str) -> int:
             raise PlatformError(f"the learner's directories could not be created: {e}") from e
         transfers.check_results_target()
         transfers.fetch_data(lambda message: print(message, flush=True))
+        if restored := transfers.restore_checkpoints(store):
+            print(f"restored {restored} checkpoint files of the last attempt", flush=True)
     except PlatformError as e:
         return _fail(termination_log, str(e))
     except Exception as e:
@@ -134,21 +138,41 @@ class Agent:
 
     def store(self, store: ObjectStore) -> pod_io.Stored:
         """Store as the local wrapper does: everything after a run, the log alone (tried
-        once) after a stop."""
+        once) after a stop; then CHECKPOINT_DIR (for the next attempt, if there is one),
+        whichever way the command ended. A checkpoint that could not be saved is said on
+        stderr; it does not fail the results, which are stored."""
         learner = self.spec.learner_id
         try:
             self.ended = ended = pod_io.Exit.read(self.io_dir)
         except ValueError as e:
             print(f"learner wrapper: {e}", file=sys.stderr, flush=True)
             ended = None
-        if ended is None or ended.stopped:
-            errors = self.transfers.store(store, self.transfers.log_only(), patient=False)
-        else:
+        patient = ended is not None and not ended.stopped
+        if patient:
             errors = self.transfers.store(store, list(self.transfers.files_to_upload()))
+        else:
+            errors = self.transfers.store(store, self.transfers.log_only(), patient=False)
+        self.save_checkpoints(store, patient=patient)
         if errors:
             print(f"learner {learner} could not store its files: {errors[0]}", file=sys.stderr)
             return pod_io.Stored(False, errors[0])
         return pod_io.Stored(True)
+
+    def save_checkpoints(self, store: ObjectStore, *, patient: bool) -> None:
+        """CHECKPOINT_DIR's regular files to the spec's checkpoints_prefix (links to files
+        outside it and special files skipped, as the local backend saves it); after a stop,
+        each file is tried once, within what is left of the grace period."""
+        try:
+            files = self.transfers.checkpoint_files()
+        except OSError as e:
+            print(f"learner wrapper: CHECKPOINT_DIR cannot be read: {e}", file=sys.stderr)
+            return
+        if errors := self.transfers.upload(store, files, patient=patient):
+            print(
+                f"learner {self.spec.learner_id} could not save its checkpoints: {errors[0]}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def wait_until_stopped(self) -> None:
         while not self.stopping:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from service.domain.records import STR, Secret, SpecError, checked_fields
+from service.domain.records import OPT_STR, STR, Secret, SpecError, checked_fields
 from service.logs.config import LogSinkConfig
 from service.storage.config import BucketLocation, StoreConfig
 
@@ -61,6 +61,13 @@ class LearnerSpec:
     # exponential backoff, and the most seconds spent on them (whichever ends first).
     store_attempts: int = 5
     store_retry_seconds: float = 30.0
+    # Where this learner's CHECKPOINT_DIR is saved when its command ends (any exit, or a
+    # stop), and the saved CHECKPOINT_DIR of the last attempt, restored into it before the
+    # command runs (this learner's part of it: see worker.learner.transfers
+    # .restored_checkpoints). Backends whose learners share one CHECKPOINT_DIR save and
+    # restore it themselves and leave both None.
+    checkpoints_prefix: str | None = None
+    restore_checkpoints: str | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -87,6 +94,8 @@ class LearnerSpec:
         "max_log_bytes": (int, type(None)),
         "store_attempts": (int,),
         "store_retry_seconds": (int, float),
+        "checkpoints_prefix": OPT_STR,
+        "restore_checkpoints": OPT_STR,
     }
 
     @classmethod

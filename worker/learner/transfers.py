@@ -201,6 +201,36 @@ class Transfers:
                 )
         progress(f"downloaded the training data from {where}: {len(objects)} files, {_size(total)}")
 
+    def restore_checkpoints(self, store: ObjectStore) -> int:
+        """The last attempt's saved CHECKPOINT_DIR (this learner's part of it) into
+        checkpoint_dir, before the command runs; the files restored."""
+        saved = self.spec.restore_checkpoints
+        if saved is None:
+            return 0
+        try:
+            objects = list(store.list(saved))
+            part = keys.checkpoints_of_learner(
+                saved, [o.key[len(saved) :] for o in objects], self.spec.learner_id
+            )
+            into = Path(self.spec.checkpoint_dir)
+            restored = 0
+            for obj in objects:
+                relative = obj.key[len(part) :]
+                if not obj.key.startswith(part) or not relative:
+                    continue
+                # Keys the platform wrote from relative paths; checked again all the same.
+                check_key(relative)
+                target = into / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with store.open(obj.key) as src, target.open("wb") as out:
+                    shutil.copyfileobj(src, out, _CHUNK)
+                restored += 1
+        except (ValueError, OSError, ObjectNotFound, StoreUnavailable) as e:
+            raise PlatformError(
+                f"the checkpoints of the last attempt could not be restored: {e}"
+            ) from e
+        return restored
+
     # -- store ---------------------------------------------------------------------------
 
     def results_prefix(self) -> str:
@@ -221,6 +251,14 @@ class Transfers:
         yield from tree_files(Path(spec.log_dir), learner_prefix)
         if spec.upload_results:
             yield from tree_files(Path(spec.result_dir), self.results_prefix())
+
+    def checkpoint_files(self) -> list[tuple[str, Path]]:
+        """CHECKPOINT_DIR's regular files and their keys below checkpoints_prefix (none
+        where the backend saves CHECKPOINT_DIR itself)."""
+        prefix = self.spec.checkpoints_prefix
+        if prefix is None:
+            return []
+        return list(tree_files(Path(self.spec.checkpoint_dir), prefix))
 
     def store(
         self, store: ObjectStore, files: Sequence[tuple[str, Path]], *, patient: bool = True

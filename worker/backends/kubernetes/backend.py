@@ -18,8 +18,12 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
   monitor's FINALIZE of held trainings deletes them once it has passed.
-- Checkpoints are not saved between attempts on Kubernetes yet: save_checkpoints returns
-  None (each attempt starts with an empty CHECKPOINT_DIR).
+- Checkpoints: each pod has its own CHECKPOINT_DIR (in `work`, an emptyDir) that the
+  platform cannot read, so the pod's steps move it: each learner's spec names where its
+  agent saves it when the command ends or is stopped (`keys.learner_checkpoints_prefix`
+  of the attempt's prefix) and the last attempt's saved one, which fetch restores (the
+  learner's own part) before the command runs. save_checkpoints counts what the agents
+  saved.
 
 Everything is keyed by the cluster's labels, so a new backend (a restarted worker or
 monitor) reconciles from the cluster: nothing forgotten, nothing created twice.
@@ -45,12 +49,16 @@ from kubernetes.client.rest import ApiException
 from service import runtimes
 from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
+from service.logs import LogStore, open_log_store
+from service.logs.base import LogRecord
 from service.settings import Settings
+from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
-from worker.backends.kubernetes import layout, pod_states
+from worker.backends.kubernetes import layout, pod_logs, pod_states
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
+    LEARNER_LABEL,
     TRAINING_LABEL,
     ClusterConfig,
     Owner,
@@ -129,6 +137,7 @@ class KubernetesBackend:
         held_refresh_seconds: float = HELD_REFRESH_SECONDS,
         store_attempts: int = 5,
         store_retry_seconds: float = 30.0,
+        log_store: LogStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -147,6 +156,10 @@ class KubernetesBackend:
         self._held_at = 0.0
         self._held_lock = threading.Lock()
         self.held_refresh_seconds = held_refresh_seconds
+        # Where the pod log fallback appends (the platform's log store), and the pods
+        # (uids) whose logs it has appended already.
+        self.log_store = log_store
+        self._pod_logs_read: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -159,6 +172,7 @@ class KubernetesBackend:
             slots=settings.k8s_slots,
             store_attempts=settings.store_retry_attempts,
             store_retry_seconds=settings.store_retry_seconds,
+            log_store=_platform_log_store(settings),
         )
 
     def close(self) -> None:
@@ -184,9 +198,17 @@ class KubernetesBackend:
             unsubscribe()
 
     def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
-        """Not built on Kubernetes: the learners' CHECKPOINT_DIR is an emptyDir of each pod,
-        gone with it, so a retried training starts again from nothing. None: nothing saved."""
-        return None
+        """The bytes the training's agents saved under `prefix` (the attempt's, each
+        learner's CHECKPOINT_DIR below `learner-<i>/`): they save as their command ends or
+        is stopped (the pods are stopped when this is called), so nothing is copied here.
+        None when the backend holds no pod of the training, or no agent saved anything (a
+        pod that never ran, a stop past the grace period): the caller then keeps the older
+        attempt's checkpoints, to be restored again, instead of replacing them by nothing."""
+        self.watch.ensure_started()
+        if not self.watch.pods(label_value(training_id)):
+            return None
+        saved = [info.size for info in store.list(prefix)]
+        return sum(saved) if saved else None
 
     # -- start -----------------------------------------------------------------------------
 
@@ -266,6 +288,11 @@ class KubernetesBackend:
             max_log_bytes=request.max_log_bytes,
             store_attempts=self.store_attempts,
             store_retry_seconds=self.store_retry_seconds,
+            checkpoints_prefix=keys.learner_checkpoints_prefix(
+                keys.attempt_checkpoints_prefix(request.spec.training_id, request.attempt),
+                lp.learner_id,
+            ),
+            restore_checkpoints=request.restore_checkpoints,
         ).to_json()
 
     def _create_service(self, inp: TrainingObjectsInput, created: list[tuple[str, str]]) -> Owner:
@@ -340,6 +367,7 @@ class KubernetesBackend:
         holds no process: it stays for cleanup, and the TTL) and wait until they are gone."""
         self.watch.ensure_started()
         training = label_value(training_id)
+        self._append_pod_logs(training_id)  # before the pods, and their logs, are gone
         running = [
             name
             for name, pod in self.watch.pods(training).live.items()
@@ -357,6 +385,7 @@ class KubernetesBackend:
         self.watch.ensure_started()
         training = label_value(training_id)
         prefix = learner_name_prefix(training_id)
+        self._append_pod_logs(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
         if self._kept_for_debugging(self.watch.pods(training)):
@@ -403,6 +432,59 @@ class KubernetesBackend:
                 self._held_at = now
             return sorted(self._held)
 
+    # -- the pod log fallback ------------------------------------------------------------------
+
+    def _append_pod_logs(self, training_id: str) -> None:
+        """For each pod of the training whose agent never ran or could not send the
+        learner's output (pod_logs.containers_to_read), append what its containers said
+        (their pod logs, at most pod_logs.POD_LOG_BYTES a pod) to the learner's log in the
+        log store, once per pod. Called by stop and cleanup (a FINALIZE, or the end of an
+        attempt), never by observe: the monitor's pass makes no API call. Best effort: a
+        log that cannot be read or appended is logged here and the stop goes on. A pod
+        kept for DLAAS_K8S_POD_TTL_SECONDS and finalized again by a restarted worker may
+        have its logs appended twice."""
+        if self.log_store is None:
+            return
+        for name, pod in sorted(self.watch.pods(label_value(training_id)).live.items()):
+            uid = str(pod.get("metadata", {}).get("uid") or name)
+            containers = pod_logs.containers_to_read(pod)
+            learner = _labels(pod).get(LEARNER_LABEL, "")
+            if uid in self._pod_logs_read or not containers or not learner.isdigit():
+                continue
+            lines = self._pod_log_lines(name, containers)
+            if not lines:
+                continue
+            now = self.clock()
+            try:
+                self.log_store.append(training_id, [LogRecord(int(learner), now, x) for x in lines])
+            except Exception:
+                log.exception("appending the pod log of %s to %s's log failed", name, training_id)
+                continue
+            self._pod_logs_read.add(uid)
+
+    def _pod_log_lines(self, name: str, containers: tuple[str, ...]) -> list[str]:
+        lines: list[str] = []
+        left = pod_logs.POD_LOG_BYTES
+        for container in containers:
+            if left <= 0:
+                break
+            try:
+                response = self.core.read_namespaced_pod_log(
+                    name,
+                    self.namespace,
+                    container=container,
+                    limit_bytes=left + 1,
+                    _preload_content=False,
+                )
+            except ApiException as e:
+                if e.status not in (400, 404):  # no log: the container never ran after all
+                    log.warning("reading the log of %s/%s failed: %s", name, container, e)
+                continue
+            data: bytes = response.data
+            lines += pod_logs.log_lines(container, data[:left], cut=len(data) > left)
+            left -= len(data)
+        return lines
+
     # -- the API -------------------------------------------------------------------------------
 
     def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
@@ -427,6 +509,15 @@ class KubernetesBackend:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+def _platform_log_store(settings: Settings) -> LogStore:
+    """The platform's log store, as service.platform.Platform opens it: Redis where the
+    settings name one (what pods can reach), else the files under DLAAS_HOME."""
+    url = settings.resolved_log_store_url
+    if url:
+        return open_log_store("redis", url=url)
+    return open_log_store("file", dir=str(settings.home_dir / "logs"))
 
 
 def _training_id(service: dict[str, Any]) -> str:

@@ -5,11 +5,13 @@ ssh options) agree.
 
 A pod has three containers (privilege split of the learner contract):
 - `fetch` (init container, platform image) reads its learner spec (with the store's
-  credentials) from the training's Secret and fetches the code and data into `work`:
+  credentials) from the training's Secret and fetches the code and data (and the last
+  attempt's checkpoints, the spec's restore_checkpoints) into `work`:
   `python -m worker.learner.pod fetch SPEC`.
 - `agent` (native sidecar, platform image, the spec mounted too) tees the command's
   output from `io` to the log store, and once the command has exited stores RESULT_DIR
-  and the logs: `python -m worker.learner.pod agent SPEC --io IO`. The learner's phases
+  and the logs, then CHECKPOINT_DIR to the spec's checkpoints_prefix (after a stop too):
+  `python -m worker.learner.pod agent SPEC --io IO`. The learner's phases
   are its containers' states (pod_states.py), not reports.
 - `learner` (the runtime's learner image, no credentials) runs the plan's argv and leaves
   its output and exit code in `io`, then waits until the agent has stored before it exits
