@@ -10,8 +10,11 @@ follows the pods to COMPLETED. Ctrl-C halts a running training and deletes its p
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,13 @@ def pods_of(core: client.CoreV1Api, training_id: str) -> dict[str, client.V1Pod]
     return {pod.metadata.name: pod for pod in pods}
 
 
+def learner_completed(dlaas: Client, training_id: str, learner_id: int) -> bool:
+    (learner,) = [
+        lr for lr in dlaas.trainings.get(training_id).learners if lr.learner_id == learner_id
+    ]
+    return learner.status == "COMPLETED"
+
+
 def objects_of(core: client.CoreV1Api, training_id: str) -> dict[str, list[str]]:
     selector = f"{SELECTOR}={label_value(training_id)}"
     return {
@@ -157,14 +167,9 @@ def test_a_training_runs_as_pods_of_the_cluster_and_completes(
         wait_status(dlaas, tid, "RUNNING", timeout=30)
         # The worker's pod ends first, then the launcher's: mpirun ends the job (learner 1
         # completing completes the training, whatever still runs).
-        for name in sorted(pods, reverse=True):
-            kubelet(core, name, "Succeeded", ended(0), ended(0), ended(0))
-            until(
-                lambda name=name: (
-                    dlaas.trainings.get(tid).learners[int(name[-1]) - 1].status == "COMPLETED"
-                ),
-                f"{name} COMPLETED",
-            )
+        for learner in (2, 1):
+            kubelet(core, f"{prefix}-{learner}", "Succeeded", ended(0), ended(0), ended(0))
+            until(partial(learner_completed, dlaas, tid, learner), f"learner {learner} ended")
         wait_status(dlaas, tid, "COMPLETED", timeout=30)
         done = dlaas.trainings.get(tid)
         assert [lr.status for lr in done.learners] == ["COMPLETED", "COMPLETED"]
@@ -176,6 +181,34 @@ def test_a_training_runs_as_pods_of_the_cluster_and_completes(
     assert up.stop() == 0, up.output
 
 
+@contextmanager
+def terminating_kubelet(core: client.CoreV1Api) -> Iterator[set[str]]:
+    """The kubelet of a node: a pod deleted gracefully (its deletionTimestamp set) has its
+    containers stopped by SIGTERM (exit 143), then is deleted for good. Yields the names
+    of the pods it stopped."""
+    stopped: set[str] = set()
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(0.05):
+            for pod in core.list_namespaced_pod(NAMESPACE).items:
+                name = pod.metadata.name
+                if pod.metadata.deletion_timestamp is None or name in stopped:
+                    continue
+                killed = ended(143, "Error")
+                kubelet(core, name, "Failed", ended(0), killed, killed)
+                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+                stopped.add(name)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield stopped
+    finally:
+        done.set()
+        thread.join(10)
+
+
 def test_ctrl_c_halts_running_trainings_and_deletes_their_pods(
     up: Up, core: client.CoreV1Api
 ) -> None:
@@ -183,10 +216,14 @@ def test_ctrl_c_halts_running_trainings_and_deletes_their_pods(
         tid = dlaas.trainings.create(horovod("interrupted"), ENV_CODE).id
         pods = until(lambda: len(pods_of(core, tid)) == 2 and pods_of(core, tid), "2 pods")
         for name in pods:
+            # Scheduled on a node: deleting the pod waits for its kubelet (graceful).
+            core.patch_namespaced_pod(name, NAMESPACE, {"spec": {"nodeName": "node-1"}})
             kubelet(core, name, "Running", ended(0), RUN, RUN)
         wait_status(dlaas, tid, "RUNNING", timeout=30)
 
-    assert up.stop() == 0, up.output
+    with terminating_kubelet(core) as stopped:
+        assert up.stop() == 0, up.output
+    assert stopped == set(pods)
     assert f"halted 1 running training(s): {tid}" in up.output
     assert objects_of(core, tid) == {"pods": [], "services": [], "secrets": []}
     engine = make_engine(f"sqlite:///{up.home / 'dlaas.db'}")
