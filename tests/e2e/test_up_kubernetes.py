@@ -5,11 +5,14 @@ here), its object store on S3 (moto) and its live logs on Redis, as pods need th
 A training submitted through the REST API becomes its objects in the cluster (headless
 Service, Secret, one labelled pod per learner); the test plays the kubelet and the API
 follows the pods to COMPLETED. Ctrl-C halts a running training and deletes its pods: a
-`dlaas up` that stops leaves nothing running in the cluster that nobody watches."""
+`dlaas up` that stops leaves nothing running in the cluster that nobody watches. The
+real-cluster suite (tests/k8s_cluster) runs here too, against the emulator, so its harness
+is exercised where no cluster is."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,9 +28,10 @@ from sqlalchemy import text
 from dlaas import Client
 from service.db.session import make_engine
 from service.domain.names import label_value
-from tests.e2e.test_up import DLAAS, ENV_CODE, Up, clean_env, start_up, wait_status
+from tests.e2e.test_up import DLAAS, ENV_CODE, ROOT, Up, clean_env, start_up, wait_status
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import RUN, ended, kubelet
+from tests.k8s_cluster.examples import numbered_examples
 from tests.k8s_emulator import RunningApiserver, running_apiserver
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, moto_server
 from worker.launchers.plan import learner_name_prefix
@@ -271,3 +275,60 @@ def test_an_unreachable_cluster_is_a_clear_error(tmp_path: Path, s3: S3Server) -
     assert result.returncode == 1, result.stdout
     assert "the Kubernetes API at http://127.0.0.1:9 did not answer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@contextmanager
+def completing_kubelet(core: client.CoreV1Api) -> Iterator[set[str]]:
+    """A kubelet whose every learner succeeds: each new pod is run to Succeeded. Yields the
+    names of the pods it ran."""
+    ran: set[str] = set()
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(0.1):
+            for pod in core.list_namespaced_pod(NAMESPACE).items:
+                if pod.metadata.name not in ran and pod.status.phase == "Pending":
+                    kubelet(core, pod.metadata.name, "Succeeded", ended(0), ended(0), ended(0))
+                    ran.add(pod.metadata.name)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield ran
+    finally:
+        done.set()
+        thread.join(10)
+
+
+def test_the_cluster_suite_runs_against_the_emulated_cluster(
+    tmp_path: Path, apiserver: RunningApiserver, core: client.CoreV1Api, s3: S3Server
+) -> None:
+    """tests/k8s_cluster as a user runs it on kind, with the emulator for the cluster: its
+    settings reach `dlaas up`, every numbered example is accepted, becomes pods of the
+    learner images and completes (the kubelet here succeeds without running anything)."""
+    env = clean_env(
+        tmp_path / "unused",
+        **store_settings(s3),
+        KUBECONFIG=str(apiserver.kubeconfig),
+        DLAAS_K8S_IMAGE_PREFIX="dlaas/",
+        DLAAS_K8S_IMAGE_TAG="0.1.0",
+        DLAAS_TEST_K8S_CLUSTER="1",
+        DLAAS_TEST_K8S_TIMEOUT="60",
+    )
+    del env["DLAAS_HOME"], env["DLAAS_STOP_GRACE_SECONDS"]
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    suite = ["-m", "pytest", "-q", "-m", "k8s_cluster", "-p", "no:cacheprovider"]
+    with completing_kubelet(core) as ran:
+        result = subprocess.run(
+            [sys.executable, *suite, "--basetemp", str(tmp_path / "suite"), "tests/k8s_cluster"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert f"{len(numbered_examples())} passed" in result.stdout
+    # Each example's training ran as pods, all of them deleted once it completed.
+    assert len(ran) >= len(numbered_examples())
+    assert core.list_namespaced_pod(NAMESPACE).items == []
