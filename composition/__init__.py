@@ -2,8 +2,10 @@
 the one package that imports service, worker and the client's configuration together.
 
 Roles: serving (this process's API, monitor and signals), supervisor (the Celery worker
-child), bootstrap (the local tenant and the client configuration), shutdown (halting
-what runs when it stops).
+child), bootstrap (the local tenant and the client configuration), backend (where learners
+run, checked before it says it is up: with DLAAS_BACKEND=kubernetes, stores the pods reach
+and a namespace the cluster lists), shutdown (halting what runs when it stops; on
+Kubernetes, deleting the pods of running trainings).
 
 What runs where:
 - this process: the API (uvicorn, in a thread), the monitor (a thread), and in the main

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
+from composition.backend import close_backend, describe_backend, open_backend
 from composition.bootstrap import client_url, ensure_local_tenant
 from composition.errors import EmbeddedError
 from composition.shutdown import interrupt_active_trainings
@@ -76,7 +77,6 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
     import uvicorn
 
     from service.api.app import create_app
-    from worker.backends import make_backend
     from worker.monitor import Monitor
 
     if threading.current_thread() is not threading.main_thread():
@@ -94,9 +94,11 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
     try:
         platform.migrate()
         config_file, tenant = ensure_local_tenant(platform, url)
+        backend = open_backend(settings)
     except BaseException:
         sock.close()
         platform.close()
+        home_lock.close()
         raise
 
     stopping = threading.Event()
@@ -109,7 +111,6 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     worker = WorkerSupervisor(settings.home_dir / "worker.log", echo)
     monitor_stop = threading.Event()
-    backend = make_backend(settings)
     monitor = threading.Thread(
         target=Monitor(platform, backend).run,
         args=(monitor_stop,),
@@ -146,6 +147,7 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             )
             echo(f"DLaaS is up on {url}  (API docs: {url}/docs)")
             echo(f"  home:          {settings.home_dir}")
+            echo(f"  learners:      {describe_backend(settings, backend)}")
             echo(f"  admin API key: {admin}")
             echo(f"  client config: {config_file}  (tenant '{tenant}'; used by dlaas and Client())")
             echo(f"  worker log:    {worker.log_path}")
@@ -156,7 +158,8 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
                     else f"the '{LOCAL_TENANT}' tenant's only; other tenants' are refused"
                 )
                 echo(f"  WARNING: learners run without a sandbox here ({why}): {who}")
-            echo("Press Ctrl-C to stop: running trainings are halted, everything else is kept.")
+            halted = "halted, their pods deleted" if settings.backend == "kubernetes" else "halted"
+            echo(f"Press Ctrl-C to stop: running trainings are {halted}, everything else is kept.")
         while failure is None and not stopping.wait(0.5):
             worker.check()
             if not api.is_alive():
@@ -169,6 +172,7 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
         monitor_stop.set()
         platform.monitor_wakeup.set()
         monitor.join(timeout=15)
+        close_backend(backend)
         try:
             # Stop the learners while the worker winds down (it takes seconds), then look
             # once more for learners a launch it was finishing may have started.

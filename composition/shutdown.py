@@ -1,7 +1,14 @@
 """What `dlaas up` does to running trainings when it stops: their learners are stopped and
 they are recorded HALTED, saying the platform was shut down; or, where their retry policy
 covers lost learners and attempts are left, recorded as interrupted with their
-checkpoints saved, to resume as a new attempt when the platform starts again."""
+checkpoints saved, to resume as a new attempt when the platform starts again.
+
+The same with DLAAS_BACKEND=kubernetes: "stopped" is the training's pods deleted (with the
+grace period), and its Secret and Service go with the cleanup that follows. `dlaas up` is a
+control plane in a terminal: once it is gone nothing would watch those pods, enforce their
+training's limits or record how they end, while they keep holding the cluster's GPUs. A
+control plane that outlives its terminal is the Helm chart's; an unclean end (kill -9)
+leaves the pods running, and the next `dlaas up` finds them again by their labels."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from composition.backend import close_backend
 from service.db import repository
 from service.db.models import Training
 from service.domain.retries import Retries
@@ -61,8 +69,15 @@ def interrupt_active_trainings(platform: Platform) -> Interrupted:
     """Stop the learners of every training that has some and record it HALTED, or as
     interrupted to resume (see the module's docstring); returns which were which. Call it
     only when no monitor and no worker run."""
-    interrupted = Interrupted()
     backend = make_backend(platform.settings)
+    try:
+        return _interrupt(platform, backend)
+    finally:
+        close_backend(backend)
+
+
+def _interrupt(platform: Platform, backend: Backend) -> Interrupted:
+    interrupted = Interrupted()
     with platform.sessions() as session:
         active = repository.active_training_ids(session)
     started = [tid for tid in active if backend.observe(tid) is not None]

@@ -7,6 +7,7 @@ new backend on the same cluster reconciles from the labels without creating anyt
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 import time
@@ -690,3 +691,26 @@ def test_the_backend_uses_only_what_the_charts_role_allows(
     assert used - allowed == set()
     assert {("pods", "watch"), ("services", "create"), ("secrets", "delete")} <= used
     assert ("pods/log", "get") in used
+
+
+def test_a_start_under_way_already_names_a_primary_learner(
+    backend: KubernetesBackend, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter server is no primary: were its pod created first, a monitor observing
+    the start between two creations would read a report naming no primary (malformed)."""
+    real = backend.core.create_namespaced_pod
+    primaries: list[tuple[int, ...]] = []
+
+    def observed_before(namespace: str, body: Any, **kwargs: Any) -> Any:
+        if (observed := backend.observe(TRAINING)) is not None:
+            primaries.append(observed.primaries)
+        return real(namespace, body, **kwargs)
+
+    monkeypatch.setattr(backend.core, "create_namespaced_pod", observed_before)
+    three = request(nodes=3)
+    backend.start(
+        dataclasses.replace(three, spec=dataclasses.replace(three.spec, parameter_servers=1))
+    )
+    assert len(primaries) == 2 and all(primaries), primaries
+    observed = backend.observe(TRAINING)
+    assert observed is not None and observed.primaries == (2, 3)

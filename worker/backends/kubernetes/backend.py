@@ -4,7 +4,9 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
 
 - start: the headless Service first (the owner: every other object of the training names
   it in ownerReferences, so deleting it has the cluster delete them all), then the Secret
-  with the learners' specs (and an MPI key pair), then one pod per learner. An object that
+  with the learners' specs (and an MPI key pair), then one pod per learner, the primary
+  learners' first (a parameter server is none: a half-made start still names a primary,
+  as an Observation must). An object that
   already exists (409) was created by an earlier call: a second start creates nothing.
   A start that fails deletes what it created, then raises. Objects of an older attempt
   still there (kept for debugging) are deleted first.
@@ -226,7 +228,9 @@ class KubernetesBackend:
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
             self._create("secrets", training_secret(inp, self.cluster), created)
-            for lp in plan.learners:
+            # The primaries' pods first: a start observed half-way (by this backend's cache,
+            # or another process's watch) must name a primary, or its report is malformed.
+            for lp in sorted(plan.learners, key=lambda lp: not lp.primary):
                 pod = self._create("pods", learner_pod(inp, lp, self.cluster), created)
                 if pod is not None:
                     self.watch.put(pod)
