@@ -313,7 +313,8 @@ def test_the_cluster_suite_runs_against_the_emulated_cluster(
         DLAAS_K8S_IMAGE_PREFIX="dlaas/",
         DLAAS_K8S_IMAGE_TAG="0.1.0",
         DLAAS_TEST_K8S_CLUSTER="1",
-        DLAAS_TEST_K8S_TIMEOUT="60",
+        # Generous: the examples run one after another on a shared 2-core machine.
+        DLAAS_TEST_K8S_TIMEOUT="240",
     )
     del env["DLAAS_HOME"], env["DLAAS_STOP_GRACE_SECONDS"]
     env.pop("KUBERNETES_SERVICE_HOST", None)
@@ -324,7 +325,7 @@ def test_the_cluster_suite_runs_against_the_emulated_cluster(
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=1200,
             cwd=ROOT,
         )
     assert result.returncode == 0, result.stdout[-5000:]
