@@ -17,14 +17,18 @@ DLAAS_CATALOG_FILE names a catalog, the examples' compute configurations are mad
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client, config
 
+from service.domain.names import label_value
 from tests.e2e.test_up import Up, start_up
 from tests.k8s_cluster.examples import Example, cpu_catalog, numbered_examples
+from worker.backends.kubernetes.objects import TRAINING_LABEL
 
 CLUSTER = os.environ.get("DLAAS_TEST_K8S_CLUSTER") == "1"
 
@@ -86,3 +90,22 @@ def test_example_completes_on_the_cluster(up: Up, example: Example) -> None:
         stored = {f.path for f in dlaas.trainings.results(training.id)}
         for learner in done.learners:
             assert f"learner-{learner.learner_id}/training-log.txt" in stored, stored
+    # Its pods are deleted once it has ended (no DLAAS_K8S_POD_TTL_SECONDS here).
+    assert pods_gone(training.id, timeout=120), f"pods of {training.id} left behind"
+
+
+def pods_gone(training_id: str, timeout: float) -> bool:
+    """Whether the cluster has no pod of the training left within `timeout` seconds."""
+    config.load_kube_config()
+    core = client.CoreV1Api()
+    namespace = os.environ.get("DLAAS_K8S_NAMESPACE", "dlaas")
+    selector = f"{TRAINING_LABEL}={label_value(training_id)}"
+    deadline = time.monotonic() + timeout
+    try:
+        while core.list_namespaced_pod(namespace, label_selector=selector).items:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1)
+        return True
+    finally:
+        core.api_client.close()
