@@ -72,7 +72,7 @@ def _iam(server: S3Server, key: tuple[str, str]) -> Any:
     )
 
 
-def _platform_user(server: S3Server) -> tuple[str, str]:
+def platform_user(server: S3Server) -> tuple[str, str]:
     """On a server enforcing access control (its first 3 requests free): the platform's
     user, allowed everything, and its key."""
     iam = _iam(server, (ACCESS_KEY, SECRET_KEY))
@@ -83,18 +83,25 @@ def _platform_user(server: S3Server) -> tuple[str, str]:
     return key["AccessKeyId"], key["SecretAccessKey"]
 
 
-def _setup(
-    server: S3Server,
-    role_policy: dict[str, object] | None,
-    key: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+def make_role(
+    server: S3Server, key: tuple[str, str], role_policy: dict[str, object] | None
 ) -> None:
-    """The role (moto's IAM) and the bucket with two trainings' model definitions."""
+    """The learners' role in moto's IAM, with `role_policy` as its own policy."""
     iam = _iam(server, key)
     iam.create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(TRUST))
     if role_policy is not None:
         iam.put_role_policy(
             RoleName=ROLE_NAME, PolicyName="training", PolicyDocument=json.dumps(role_policy)
         )
+
+
+def _setup(
+    server: S3Server,
+    role_policy: dict[str, object] | None,
+    key: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+) -> None:
+    """The role (moto's IAM) and the bucket with two trainings' model definitions."""
+    make_role(server, key, role_policy)
     client = server.client(*key)
     client.make_bucket(BUCKET)
     for tid, data in ((TID, b"mine"), (OTHER, b"theirs")):
@@ -131,7 +138,7 @@ def test_a_wrong_session_token_is_refused_where_moto_checks_credentials() -> Non
     """With access control on, moto checks the token that goes with an assumed role's
     key: the store passes it (one with another token is refused)."""
     with moto_server(env=ENFORCING) as server:
-        key = _platform_user(server)
+        key = platform_user(server)
         _setup(server, training_policy(BUCKET, SCOPE), key)
         scoped = scoped_store(_platform(server, key), ROLE_ARN, SCOPE, 3600)
         without = open_store(dataclasses.replace(scoped, session_token=Secret("wrong")))
@@ -144,7 +151,7 @@ def test_the_policy_enforced_by_moto() -> None:
     """The training's policy document, on the role (moto ignores session policies; see the
     module's docstring), refuses everything beyond the training's keys."""
     with moto_server(env=ENFORCING) as server:
-        key = _platform_user(server)
+        key = platform_user(server)
         _setup(server, training_policy(BUCKET, SCOPE), key)
         scoped = scoped_store(_platform(server, key), ROLE_ARN, SCOPE, 3600)
         client = Minio(
