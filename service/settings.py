@@ -228,6 +228,19 @@ class Settings(BaseSettings):
     s3_secret_key: SecretStr | None = Field(default=None, description="Its secret key.")
     s3_bucket: str = Field(default="dlaas", description="The platform's bucket (created).")
     s3_region: str | None = Field(default=None, description="Region; default us-east-1.")
+    store_role_arn: str | None = Field(
+        default=None,
+        description="Kubernetes backend: the role learners' store credentials are assumed "
+        "from (STS AssumeRole at the S3 endpoint, with a session policy allowing only the "
+        "training's own keys); unset: learners get the platform's credentials, unscoped.",
+    )
+    store_session_max_seconds: int = Field(
+        default=43200,
+        ge=900,
+        le=43200,
+        description="The longest session asked of STS for a training's credentials (its "
+        "max_runtime plus a margin, at most this; at most the role's MaxSessionDuration).",
+    )
     secret_key: SecretStr | None = Field(
         default=None,
         description="Encrypts data-store credentials at rest; default a key generated into "

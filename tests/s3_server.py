@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import os
 import socket
 import ssl
 import subprocess
@@ -67,14 +68,16 @@ class S3Server:
 
 
 @contextmanager
-def moto_server(port: int | None = None) -> Iterator[S3Server]:
+def moto_server(port: int | None = None, env: dict[str, str] | None = None) -> Iterator[S3Server]:
     """moto's server on `port` (default: a free one); a test may stop it and start another
-    on the same port (an S3 endpoint that restarts: its objects and buckets are lost)."""
+    on the same port (an S3 endpoint that restarts: its objects and buckets are lost).
+    `env`: more environment for it (moto's INITIAL_NO_AUTH_ACTION_COUNT, say)."""
     port = port or free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:

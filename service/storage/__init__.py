@@ -53,6 +53,7 @@ def open_store(
                 config.bucket,
                 access_key=Secret.reveal(config.access_key),
                 secret_key=Secret.reveal(config.secret_key),
+                session_token=Secret.reveal(config.session_token),
                 region=config.region,
                 create_bucket=create_bucket,
                 connect_to=None if pins is None else pins.address,

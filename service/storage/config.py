@@ -19,6 +19,8 @@ class StoreConfig(OfKind):
     endpoint: str | None = None  # s3
     access_key: Secret | None = None
     secret_key: Secret | None = None
+    # Temporary credentials (STS): the token that goes with access_key and secret_key.
+    session_token: Secret | None = None
     bucket: str | None = None
     region: str | None = None
     # A user's bucket: the DLAAS_ALLOWED_DATA_ENDPOINTS entries that allow its endpoint
@@ -34,6 +36,7 @@ class StoreConfig(OfKind):
         "endpoint": OPT_STR,
         "access_key": OPT_STR,
         "secret_key": OPT_STR,
+        "session_token": OPT_STR,
         "bucket": OPT_STR,
         "region": OPT_STR,
         "allowed_endpoints": (list, tuple, type(None)),
@@ -42,7 +45,7 @@ class StoreConfig(OfKind):
     @classmethod
     def from_dict(cls, data: Any, where: str = "store") -> StoreConfig:
         values = checked_fields(cls, data, where)
-        for key in ("access_key", "secret_key"):
+        for key in ("access_key", "secret_key", "session_token"):
             values[key] = Secret.of(values.get(key))
         allowed = values.get("allowed_endpoints")
         if allowed is not None:

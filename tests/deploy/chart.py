@@ -28,6 +28,8 @@ EXTERNAL_VALUES: dict[str, Any] = {
         "secretKey": "secret-example",
         "bucket": "acme-dlaas",
         "region": "us-east-1",
+        "roleArn": "arn:aws:iam::123456789012:role/dlaas-learners",
+        "sessionMaxSeconds": 3600,
     },
     "secrets": {"adminApiKey": "admin-example", "secretKey": "sealing-example"},
     "scoring": {"enabled": True},

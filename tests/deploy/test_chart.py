@@ -158,6 +158,16 @@ def test_external_services_deploy_no_server_and_reach_the_given_ones(
     assert env["DLAAS_S3_ENDPOINT"]["value"] == "https://s3.us-east-1.amazonaws.com"
     assert env["DLAAS_S3_BUCKET"]["value"] == "acme-dlaas"
     assert env["DLAAS_K8S_IMAGE_PULL_SECRETS"]["value"] == "regcred"
+    assert env["DLAAS_STORE_ROLE_ARN"]["value"] == EXTERNAL_VALUES["s3"]["roleArn"]
+    assert env["DLAAS_STORE_SESSION_MAX_SECONDS"]["value"] == "3600"
+
+
+def test_without_a_role_the_chart_sets_none(default_objects: list[dict[str, Any]]) -> None:
+    env = env_of(
+        pod_spec(named(default_objects, "Deployment", f"{FULLNAME}-worker"))["containers"][0]
+    )
+    assert "DLAAS_STORE_ROLE_ARN" not in env
+    assert env["DLAAS_STORE_SESSION_MAX_SECONDS"]["value"] == "43200"
 
 
 @pytest.mark.parametrize(

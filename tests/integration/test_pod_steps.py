@@ -32,8 +32,11 @@ from service.domain.records import Secret
 from service.logs.base import LogRecord
 from service.logs.config import LogSinkConfig
 from service.logs.redis import RedisLogStore
+from service.storage import keys
 from service.storage.config import BucketLocation, StoreConfig
 from service.storage.local import LocalObjectStore
+from service.storage.scoped import TrainingScope, scoped_store, training_policy
+from tests.integration import test_scoped_store as scoped_case
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
 from worker.learner import pod_io, pod_run
 from worker.learner.spec import LearnerSpec
@@ -838,3 +841,53 @@ def test_a_restore_that_fails_fails_the_fetch(tmp_path: Path, stdlib_path: Path)
     assert "the checkpoints of the last attempt could not be restored" in (
         pod.termination("fetch").read_text()
     )
+
+
+def test_the_steps_work_within_the_training_s_scoped_credentials(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore
+) -> None:
+    """fetch, run and agent with the credentials the Kubernetes backend puts in the Secret
+    under DLAAS_STORE_ROLE_ARN, on a moto server enforcing access control with the
+    training's policy on the role (moto ignores session policies: see
+    tests/integration/test_scoped_store.py): every request the steps make is one the
+    policy allows; an object outside the training's keys stays unreadable to them."""
+    with moto_server(env=scoped_case.ENFORCING) as server:
+        key = scoped_case.platform_user(server)
+        platform = dataclasses.replace(
+            s3_store(server, "platform"), access_key=Secret(key[0]), secret_key=Secret(key[1])
+        )
+        pod = Pod(tmp_path, stdlib_path, store=platform)
+        scope = TrainingScope(
+            training_id=pod.training_id,
+            read_keys=(pod.spec.model_definition_key,),
+            read_prefixes=(),
+            write_prefixes=(pod.prefix, keys.attempt_checkpoints_prefix(pod.training_id, 1)),
+        )
+        scoped_case.make_role(server, key, training_policy("platform", scope))
+        client = server.client(*key)
+        client.make_bucket("platform")
+        archive = zip_bytes(SCRIPTS)
+        client.put_object(
+            "platform", pod.spec.model_definition_key, io.BytesIO(archive), len(archive)
+        )
+        pod.spec = dataclasses.replace(
+            pod.spec, store=scoped_store(platform, scoped_case.ROLE_ARN, scope, 3600)
+        )
+        pod.spec.write(pod.spec_path)
+        try:
+            assert pod.run_to_end(pod.script("train.py", "5")) == 0, pod.stderr
+            assert pod.stop_agent() == 0, pod.agent_stderr
+        finally:
+            pod.kill()
+        stored = {o.object_name for o in client.list_objects("platform", pod.prefix, True)}
+        assert stored == {
+            f"{pod.prefix}model/saved_model.pb",
+            f"{pod.prefix}cwd.txt",
+            f"{pod.prefix}learner-1/training-log.txt",
+            f"{pod.prefix}learner-1/logs/tb/events.out",
+        }
+        other = dataclasses.replace(pod.spec, model_definition_key="trainings/other/x.zip")
+        client.put_object("platform", other.model_definition_key, io.BytesIO(archive), 4)
+        other.write(pod.spec_path)
+        assert pod.fetch().returncode == 2
+        assert "refused access" in pod.termination("fetch").read_text()

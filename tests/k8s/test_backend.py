@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,12 +26,13 @@ from service.domain.catalog import ComputeSpec
 from service.domain.records import Secret
 from service.logs import open_log_store
 from service.logs.config import LogSinkConfig
-from service.storage import keys
+from service.storage import keys, open_store
 from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, moto_server
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import pod_logs, pod_watch
 from worker.backends.kubernetes.backend import KubernetesBackend, api_client
@@ -714,3 +716,80 @@ def test_a_start_under_way_already_names_a_primary_learner(
     assert len(primaries) == 2 and all(primaries), primaries
     observed = backend.observe(TRAINING)
     assert observed is not None and observed.primaries == (2, 3)
+
+
+# -- the store credentials in the Secret ------------------------------------------------------
+
+
+def _specs(core: client.CoreV1Api) -> list[dict[str, Any]]:
+    (secret,) = core.list_namespaced_secret(NAMESPACE, label_selector=SELECTOR).items
+    return [
+        json.loads(base64.b64decode(value))
+        for name, value in sorted(secret.data.items())
+        if name.startswith("learner-")
+    ]
+
+
+def test_with_a_role_the_secret_holds_temporary_credentials_scoped_to_the_training(
+    make_backend: Callable[..., KubernetesBackend], core: client.CoreV1Api
+) -> None:
+    """DLAAS_STORE_ROLE_ARN set: each learner's spec carries credentials assumed from the
+    role at the store's endpoint (moto's STS here), never the platform's; they open the
+    store and read the training's model definition."""
+    role = "arn:aws:iam::123456789012:role/dlaas-learners"
+    with moto_server() as s3:
+        model_key = keys.model_definition_key(TRAINING, "zip")
+        s3.make_bucket("dlaas", {model_key: b"code"})
+        platform = StoreConfig(
+            kind="s3",
+            endpoint=s3.url,
+            access_key=Secret(ACCESS_KEY),
+            secret_key=Secret(SECRET_KEY),
+            bucket="dlaas",
+        )
+        backend = make_backend(store_role_arn=role)
+        backend.start(dataclasses.replace(request(), store=platform))
+
+        specs = _specs(core)
+        assert len(specs) == 2
+        for spec in specs:
+            store = spec["store"]
+            assert store["access_key"] not in (None, ACCESS_KEY)
+            assert store["secret_key"] not in (None, SECRET_KEY)
+            assert store["session_token"]
+            assert (store["endpoint"], store["bucket"]) == (s3.url, "dlaas")
+        assert specs[0]["store"] == specs[1]["store"]  # one session per training
+        scoped = StoreConfig.from_dict(specs[0]["store"])
+        with open_store(scoped).open(model_key) as f:
+            assert f.read() == b"code"
+        for pod in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items:
+            serialized = json.dumps(client.ApiClient().sanitize_for_serialization(pod))
+            assert specs[0]["store"]["secret_key"] not in serialized
+            assert specs[0]["store"]["session_token"] not in serialized
+
+
+def test_a_role_that_cannot_be_assumed_fails_the_start_and_creates_nothing(
+    make_backend: Callable[..., KubernetesBackend], core: client.CoreV1Api
+) -> None:
+    backend = make_backend(store_role_arn="not-an-arn")
+    with pytest.raises(Exception, match="RoleArn"):
+        backend.start(request())
+    assert core.list_namespaced_service(NAMESPACE).items == []
+    assert core.list_namespaced_secret(NAMESPACE).items == []
+    assert core.list_namespaced_pod(NAMESPACE).items == []
+
+
+def test_without_a_role_the_platform_s_credentials_go_unscoped_said_once(
+    backend: KubernetesBackend, core: client.CoreV1Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="worker.backends.kubernetes.backend"):
+        backend.start(request())
+        backend.start(request("training-k8s2"))
+    said = [r.getMessage() for r in caplog.records if "not scoped" in r.getMessage()]
+    assert said == [
+        "learner pods get the platform's store credentials, not scoped to their training "
+        "(DLAAS_STORE_ROLE_ARN is not set): a learner's pod can read and write the whole store"
+    ]
+    for spec in _specs(core):
+        assert spec["store"]["secret_key"] == STORE_SECRET
+        assert spec["store"]["session_token"] is None

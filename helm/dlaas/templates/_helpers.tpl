@@ -103,6 +103,12 @@ ones from the Secret. */}}
 - name: DLAAS_S3_REGION
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.s3.roleArn }}
+- name: DLAAS_STORE_ROLE_ARN
+  value: {{ . | quote }}
+{{- end }}
+- name: DLAAS_STORE_SESSION_MAX_SECONDS
+  value: {{ .Values.s3.sessionMaxSeconds | quote }}
 {{- with .Values.allowedDataEndpoints }}
 - name: DLAAS_ALLOWED_DATA_ENDPOINTS
   value: {{ . | quote }}

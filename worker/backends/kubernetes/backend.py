@@ -54,8 +54,9 @@ from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
 from service.logs.base import LogRecord
 from service.settings import Settings
-from service.storage import keys
+from service.storage import keys, scoped
 from service.storage.base import ObjectStore
+from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest
 from worker.backends.kubernetes import layout, pod_logs, pod_states
 from worker.backends.kubernetes.objects import (
@@ -140,6 +141,8 @@ class KubernetesBackend:
         store_attempts: int = 5,
         store_retry_seconds: float = 30.0,
         log_store: LogStore | None = None,
+        store_role_arn: str | None = None,
+        store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -162,6 +165,10 @@ class KubernetesBackend:
         # (uids) whose logs it has appended already.
         self.log_store = log_store
         self._pod_logs_read: set[str] = set()
+        # Where the learners' store credentials come from (see _learner_store).
+        self.store_role_arn = store_role_arn or None
+        self.store_session_max_seconds = store_session_max_seconds
+        self._told_unscoped = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -175,6 +182,8 @@ class KubernetesBackend:
             store_attempts=settings.store_retry_attempts,
             store_retry_seconds=settings.store_retry_seconds,
             log_store=_platform_log_store(settings),
+            store_role_arn=settings.store_role_arn,
+            store_session_max_seconds=settings.store_session_max_seconds,
         )
 
     def close(self) -> None:
@@ -247,6 +256,7 @@ class KubernetesBackend:
         self, request: StartRequest, plan: LaunchPlan, owner: Owner, ssh: SshKeyPair | None
     ) -> TrainingObjectsInput:
         spec = request.spec
+        store = self._learner_store(request)
         compute = request.compute or ComputeSpec(
             gpus=spec.gpus_per_node, cpus=max(spec.cpus, 1), memory_gib=max(spec.memory_gib, 1)
         )
@@ -254,7 +264,9 @@ class KubernetesBackend:
             training_id=spec.training_id,
             tenant=request.tenant,
             plan=plan,
-            learner_specs={lp.learner_id: self._learner_spec(request, lp) for lp in plan.learners},
+            learner_specs={
+                lp.learner_id: self._learner_spec(request, lp, store) for lp in plan.learners
+            },
             runtime=request.runtime.name if request.runtime else runtimes.PLATFORM,
             compute=compute,
             max_runtime=request.max_runtime or DEFAULT_MAX_RUNTIME,
@@ -265,7 +277,38 @@ class KubernetesBackend:
             stop_grace_seconds=max(1, round(self.stop_grace_seconds)),
         )
 
-    def _learner_spec(self, request: StartRequest, lp: LearnerPlan) -> str:
+    def _learner_store(self, request: StartRequest) -> StoreConfig:
+        """The store as the training's learners reach it: with temporary credentials that
+        reach only the training's own keys (service.storage.scoped) where
+        DLAAS_STORE_ROLE_ARN names a role and the store is S3; else the platform's own
+        credentials, which reach the whole bucket (said once, for the operator)."""
+        store = request.store
+        if self.store_role_arn is None or store.kind != "s3":
+            if not self._told_unscoped:
+                self._told_unscoped = True
+                why = "DLAAS_STORE_ROLE_ARN is not set" if store.kind == "s3" else "it is local"
+                log.warning(
+                    "learner pods get the platform's store credentials, not scoped to their "
+                    "training (%s): a learner's pod can read and write the whole store",
+                    why,
+                )
+            return store
+        training_id = request.spec.training_id
+        scope = scoped.TrainingScope(
+            training_id=training_id,
+            read_keys=(request.model_definition_key,),
+            read_prefixes=(request.restore_checkpoints,) if request.restore_checkpoints else (),
+            write_prefixes=(
+                request.results_prefix,
+                keys.attempt_checkpoints_prefix(training_id, request.attempt),
+            ),
+        )
+        duration = scoped.session_seconds(
+            request.max_runtime or DEFAULT_MAX_RUNTIME, self.store_session_max_seconds
+        )
+        return scoped.scoped_store(store, self.store_role_arn, scope, duration)
+
+    def _learner_spec(self, request: StartRequest, lp: LearnerPlan, store: StoreConfig) -> str:
         env = learner_env(lp)
         dirs = layout.DIRECTORIES
         return LearnerSpec(
@@ -281,7 +324,7 @@ class KubernetesBackend:
             log_dir=dirs["LOG_DIR"],
             checkpoint_dir=dirs["CHECKPOINT_DIR"],
             model_definition_key=request.model_definition_key,
-            store=request.store,
+            store=store,
             log_sink=request.log_sink,
             results_prefix=request.results_prefix,
             upload_results=lp.primary,
