@@ -17,7 +17,8 @@ from service.logs.config import LogSinkConfig
 from service.runtimes import RuntimeInfo
 from service.storage.base import ObjectStore
 from service.storage.config import BucketLocation, StoreConfig
-from worker.launchers.plan import TrainingSpec
+from worker.launchers.plan import LearnerPlan, TrainingSpec
+from worker.learner.spec import LearnerSpec
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,48 @@ class Backend(Protocol):
         an exit), so the monitor need not poll fast to notice. Best effort: the monitor
         still polls, and a backend that cannot tell may never call it."""
         ...
+
+
+def learner_spec(
+    request: StartRequest,
+    lp: LearnerPlan,
+    env: dict[str, str],
+    *,
+    store: StoreConfig,
+    stop_grace_seconds: float,
+    store_attempts: int,
+    store_retry_seconds: float,
+    checkpoints_prefix: str | None = None,
+    restore_checkpoints: str | None = None,
+) -> LearnerSpec:
+    """Learner `lp`'s part of the learner contract, as every backend writes it: the plan's
+    command and `env` (whose directory variables name where it runs), what to fetch and
+    where to store. `store` is the store the learner reaches (the request's, or one with
+    credentials scoped to the training)."""
+    return LearnerSpec(
+        training_id=request.spec.training_id,
+        learner_id=lp.learner_id,
+        num_learners=request.spec.nodes,
+        hostname=lp.hostname,
+        argv=list(lp.argv),
+        env=env,
+        model_dir=env["MODEL_DIR"],
+        data_dir=env["DATA_DIR"],
+        result_dir=env["RESULT_DIR"],
+        log_dir=env["LOG_DIR"],
+        checkpoint_dir=env["CHECKPOINT_DIR"],
+        model_definition_key=request.model_definition_key,
+        store=store,
+        log_sink=request.log_sink,
+        results_prefix=request.results_prefix,
+        upload_results=lp.primary,
+        training_data=request.training_data,
+        results_target=request.results_target,
+        waits_for_peers=lp.waits_for_peers,
+        stop_grace_seconds=stop_grace_seconds,
+        max_log_bytes=request.max_log_bytes,
+        store_attempts=store_attempts,
+        store_retry_seconds=store_retry_seconds,
+        checkpoints_prefix=checkpoints_prefix,
+        restore_checkpoints=restore_checkpoints,
+    )

@@ -48,6 +48,7 @@ from service.sandbox.limits import Enforcement, ResourceLimits
 from service.storage import open_store
 from service.storage.base import ObjectStore
 from worker.backends.base import Observation, StartRequest
+from worker.backends.base import learner_spec as backend_learner_spec
 from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
 from worker.launchers import plan_launch
 from worker.launchers.plan import (
@@ -59,7 +60,6 @@ from worker.launchers.plan import (
     learner_name_prefix,
 )
 from worker.learner.host import LocalHost
-from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import tree_files
 
 log = logging.getLogger(__name__)
@@ -352,28 +352,12 @@ class LocalBackend:
                 for other in plan.learners
                 if other.learner_id != lp.learner_id
             ]
-            learner_spec = LearnerSpec(
-                training_id=spec.training_id,
-                learner_id=lp.learner_id,
-                num_learners=spec.nodes,
-                hostname=lp.hostname,
-                argv=list(lp.argv),
-                env=env,
-                model_dir=env["MODEL_DIR"],
-                data_dir=env["DATA_DIR"],
-                result_dir=env["RESULT_DIR"],
-                log_dir=env["LOG_DIR"],
-                checkpoint_dir=env["CHECKPOINT_DIR"],
-                model_definition_key=request.model_definition_key,
+            learner_spec = backend_learner_spec(
+                request,
+                lp,
+                env,
                 store=request.store,
-                log_sink=request.log_sink,
-                results_prefix=request.results_prefix,
-                upload_results=lp.primary,
-                training_data=request.training_data,
-                results_target=request.results_target,
-                waits_for_peers=lp.waits_for_peers,
                 stop_grace_seconds=self.stop_grace_seconds,
-                max_log_bytes=request.max_log_bytes,
                 store_attempts=self.store_attempts,
                 store_retry_seconds=self.store_retry_seconds,
             )

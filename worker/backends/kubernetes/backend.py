@@ -57,7 +57,7 @@ from service.settings import Settings
 from service.storage import keys, scoped
 from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
-from worker.backends.base import Observation, StartRequest
+from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import layout, pod_logs, pod_states
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
@@ -77,7 +77,6 @@ from worker.backends.kubernetes.observation import Pod, TrainingPods, observatio
 from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, learner_name_prefix
-from worker.learner.spec import LearnerSpec
 
 log = logging.getLogger(__name__)
 
@@ -309,30 +308,12 @@ class KubernetesBackend:
         return scoped.scoped_store(store, self.store_role_arn, scope, duration)
 
     def _learner_spec(self, request: StartRequest, lp: LearnerPlan, store: StoreConfig) -> str:
-        env = learner_env(lp)
-        dirs = layout.DIRECTORIES
-        return LearnerSpec(
-            training_id=request.spec.training_id,
-            learner_id=lp.learner_id,
-            num_learners=request.spec.nodes,
-            hostname=lp.hostname,
-            argv=list(lp.argv),
-            env=env,
-            model_dir=dirs["MODEL_DIR"],
-            data_dir=dirs["DATA_DIR"],
-            result_dir=dirs["RESULT_DIR"],
-            log_dir=dirs["LOG_DIR"],
-            checkpoint_dir=dirs["CHECKPOINT_DIR"],
-            model_definition_key=request.model_definition_key,
+        return learner_spec(
+            request,
+            lp,
+            learner_env(lp),
             store=store,
-            log_sink=request.log_sink,
-            results_prefix=request.results_prefix,
-            upload_results=lp.primary,
-            training_data=request.training_data,
-            results_target=request.results_target,
-            waits_for_peers=lp.waits_for_peers,
             stop_grace_seconds=self.stop_grace_seconds,
-            max_log_bytes=request.max_log_bytes,
             store_attempts=self.store_attempts,
             store_retry_seconds=self.store_retry_seconds,
             checkpoints_prefix=keys.learner_checkpoints_prefix(
