@@ -20,7 +20,6 @@ from pathlib import Path
 from types import FrameType
 
 from service.domain.states import TrainingState
-from service.logs import open_log_store
 from service.logs.base import LogStore
 from service.sandbox import limits
 from service.sandbox.limits import Enforcement
@@ -31,7 +30,7 @@ from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
 from worker.learner.status import Status, StatusReporter
 from worker.learner.supervision import Supervisor, describe_exit
-from worker.learner.transfers import PlatformError, Transfers, open_store
+from worker.learner.transfers import PlatformError, Transfers, open_log_sink, open_store
 
 EXIT_OK = 0
 EXIT_COMMAND_FAILED = 1
@@ -130,18 +129,10 @@ class Learner:
         if self.supervisor.stop_requested:
             raise _Stopped
         store = open_store(spec.store)
-        try:
-            sink = spec.log_sink
-            log_store = open_log_store(sink.kind, dir=sink.dir, url=sink.url)
-        except ValueError as e:
-            raise PlatformError(f"the learner spec's log sink is unusable: {e}") from e
+        log_store = open_log_sink(spec.log_sink)
         # fetch
         self.transfers.fetch_code(store)
-        try:
-            for d in (spec.data_dir, spec.result_dir, spec.log_dir, spec.checkpoint_dir):
-                Path(d).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise PlatformError(f"the learner's directories could not be created: {e}") from e
+        self.transfers.make_directories()
         self.transfers.check_results_target()
         self.transfers.fetch_data(self.downloading)
         try:

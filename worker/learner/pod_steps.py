@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from service.logs import open_log_store
 from service.logs.base import LogStore
 from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.learner import pod_io
 from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
-from worker.learner.transfers import PlatformError, Transfers, open_store
+from worker.learner.transfers import PlatformError, Transfers, open_log_sink, open_store
 
 EXIT_OK = 0
 EXIT_PLATFORM_ERROR = 2
@@ -50,13 +49,7 @@ def _setup(spec_path: Path) -> tuple[LearnerSpec, ObjectStore, LogStore]:
         spec = LearnerSpec.read(spec_path)
     except (OSError, ValueError) as e:
         raise PlatformError(f"the learner spec {spec_path} cannot be read: {e}") from e
-    store = open_store(spec.store)
-    try:
-        sink = spec.log_sink
-        log_store = open_log_store(sink.kind, dir=sink.dir, url=sink.url)
-    except ValueError as e:
-        raise PlatformError(f"the learner spec's log sink is unusable: {e}") from e
-    return spec, store, log_store
+    return spec, open_store(spec.store), open_log_sink(spec.log_sink)
 
 
 def _fail(termination_log: str, message: str) -> int:
@@ -75,14 +68,7 @@ def fetch(spec_path: Path, private_dir: Path, termination_log: str) -> int:
         spec, store, _ = _setup(spec_path)
         transfers = Transfers(spec, private_dir, private_dir / keys.LEARNER_LOG_NAME)
         transfers.fetch_code(store)
-        directories = [spec.data_dir, spec.result_dir, spec.log_dir, spec.checkpoint_dir]
-        if home := spec.env.get("HOME"):
-            directories.append(home)
-        try:
-            for d in directories:
-                Path(d).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise PlatformError(f"the learner's directories could not be created: {e}") from e
+        transfers.make_directories(*([home] if (home := spec.env.get("HOME")) else []))
         transfers.check_results_target()
         transfers.fetch_data(lambda message: print(message, flush=True))
         if restored := transfers.restore_checkpoints(store):

@@ -28,6 +28,9 @@ from tenacity import (
 )
 
 from service import storage
+from service.logs import open_log_store
+from service.logs.base import LogStore
+from service.logs.config import LogSinkConfig
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, extract_archive
 from service.storage.base import (
@@ -61,6 +64,14 @@ def open_store(config: StoreConfig) -> ObjectStore:
         return storage.open_store(config)
     except storage.StoreConfigError as e:
         raise PlatformError(str(e)) from e
+
+
+def open_log_sink(sink: LogSinkConfig) -> LogStore:
+    """The log store the spec's sink names; PlatformError if it cannot be opened."""
+    try:
+        return open_log_store(sink.kind, dir=sink.dir, url=sink.url)
+    except ValueError as e:
+        raise PlatformError(f"the learner spec's log sink is unusable: {e}") from e
 
 
 def open_bucket(config: StoreConfig) -> S3ObjectStore:
@@ -135,6 +146,16 @@ class Transfers:
                 raise PlatformError(f"the code archive could not be unpacked: {e}") from e
         finally:
             archive.unlink(missing_ok=True)
+
+    def make_directories(self, *extra: str) -> None:
+        """The learner's data, result, log and checkpoint directories (and `extra`);
+        PlatformError if one cannot be made."""
+        spec = self.spec
+        try:
+            for d in (spec.data_dir, spec.result_dir, spec.log_dir, spec.checkpoint_dir, *extra):
+                Path(d).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PlatformError(f"the learner's directories could not be created: {e}") from e
 
     def check_results_target(self) -> None:
         """Fail now, not after the run, if the user's results bucket cannot be used."""
