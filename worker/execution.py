@@ -22,7 +22,7 @@ from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import parameter_server_count
 from service.domain.records import Secret
-from service.domain.reports import Report, check_report, clean_text
+from service.domain.reports import Report, clean_text
 from service.domain.retries import Retries, final_message
 from service.domain.runtimes import install_command
 from service.domain.states import TrainingState
@@ -40,7 +40,7 @@ from service.trainings import (
     record_stopped_learners,
     record_transition,
 )
-from worker.backends.base import Backend, Observation, StartRequest
+from worker.backends.base import Backend, Observation, StartRequest, check_observation
 from worker.launchers.plan import TrainingSpec
 
 log = logging.getLogger("dlaas.worker")
@@ -349,11 +349,9 @@ def _checked(
     user's code); None if there is nothing, or nothing acceptable."""
     if not isinstance(observation, Observation):
         return None
-    report = check_report(
-        observation.learners,
-        observation.primaries,
-        observation.notes,
-        learner_ids=[lr.learner_id for lr in training.learners],
+    report = check_observation(
+        observation,
+        [lr.learner_id for lr in training.learners],
         window=(float("-inf"), float("inf")),
     )
     return tuple(report.learners) if isinstance(report, Report) else None

@@ -38,7 +38,7 @@ from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import Candidate, admit
 from service.domain.lifecycle import Action, decide, passed_through
-from service.domain.reports import Malformed, check_report, clean_text
+from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
 from service.domain.states import TrainingState
 from service.platform import Platform
@@ -51,7 +51,7 @@ from service.trainings import (
     record_transition,
 )
 from worker.backends import make_backend
-from worker.backends.base import Backend, Observation
+from worker.backends.base import Backend, Observation, check_observation
 
 log = logging.getLogger("dlaas.monitor")
 
@@ -207,11 +207,9 @@ class Monitor:
             elif now - training.updated_at > RESTART_RETRY:
                 outbox.append((LAUNCH, training.id))
             return None
-        report = check_report(
-            observation.learners,
-            observation.primaries,
-            observation.notes,
-            learner_ids=[lr.learner_id for lr in training.learners],
+        report = check_observation(
+            observation,
+            [lr.learner_id for lr in training.learners],
             window=(
                 (training.created_at - CLOCK_SKEW).timestamp(),
                 (now + CLOCK_SKEW).timestamp(),

@@ -6,13 +6,14 @@ reconciles from what the backend reports instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.domain.catalog import ComputeSpec
 from service.domain.lifecycle import LearnerObservation
+from service.domain.reports import Malformed, Report, check_report
 from service.logs.config import LogSinkConfig
 from service.runtimes import RuntimeInfo
 from service.storage.base import ObjectStore
@@ -58,6 +59,21 @@ class Observation:
     notes: tuple[str, ...] = field(default=())
     # The attempt these learners were started for (StartRequest.attempt).
     attempt: int = 1
+
+
+def check_observation(
+    observation: Observation, learner_ids: Collection[int], window: tuple[float, float]
+) -> Report | Malformed:
+    """A backend's observation checked as the untrusted report it is (learners run the
+    user's code; service.domain.reports), for a training of `learner_ids` whose learners'
+    phase times must fall in `window`."""
+    return check_report(
+        observation.learners,
+        observation.primaries,
+        observation.notes,
+        learner_ids=learner_ids,
+        window=window,
+    )
 
 
 class Backend(Protocol):
