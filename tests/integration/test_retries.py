@@ -148,11 +148,18 @@ def test_a_lost_learner_is_retried_and_resumes_from_its_checkpoint(
     archived = archived_log(live, t["id"], 2)
     assert "step 1 checkpointed" in archived and "resumed from checkpoint step 5" in archived
     saved = list(live.platform.store.list(f"trainings/{t['id']}/checkpoints/"))
-    with live.platform.sessions() as session:
-        row = repository.training_by_id(session, t["id"])
-        assert row is not None
-        assert row.checkpoint_bytes == sum(info.size for info in saved) > 0
-        stored = row.code_bytes + row.results_bytes + row.checkpoint_bytes
+    # The wrap-up records the results' bytes last, after it has archived the logs.
+    deadline = time.monotonic() + 30
+    while True:
+        with live.platform.sessions() as session:
+            row = repository.training_by_id(session, t["id"])
+            assert row is not None
+            if row.results_bytes or time.monotonic() > deadline:
+                break
+        time.sleep(0.1)
+    assert row.results_bytes > 0
+    assert row.checkpoint_bytes == sum(info.size for info in saved) > 0
+    stored = row.code_bytes + row.results_bytes + row.checkpoint_bytes
     usage = live.client.get("/v1/usage", headers=live.headers).json()
     assert usage["stored_bytes"]["used"] == stored
     assert [info.key for info in saved] == [
