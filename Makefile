@@ -3,8 +3,16 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,mpi,tensorflow
+comma := ,
+# Written by the last install of these extras: newer than pyproject.toml, nothing to reinstall.
+INSTALLED := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# tensorflow-serving-api without its dependencies: it requires `tensorflow`, which would be
+# installed over tensorflow-cpu (see pyproject.toml, grpcio).
+TF_SERVING_API ?= tensorflow-serving-api==2.21.*
+# Debian's Chromium, which the browser tests drive (installed by `make browser` if missing).
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: help install lint test test-fast chaos run quickstart schema bench clean
+.PHONY: help install ui-assets browser lint test test-fast chaos run quickstart schema bench clean
 
 help:
 	@echo "make quickstart  install and run the journey on the embedded platform"
@@ -12,7 +20,9 @@ help:
 	@echo "make test-fast   unit and API tests on SQLite only"
 	@echo "make chaos       the chaos soak at full size (300 trainings; report in chaos-report.json)"
 	@echo "make lint        ruff check, ruff format --check, mypy, lint-imports"
-	@echo "make run         dlaas up on the embedded defaults (http://127.0.0.1:8080)"
+	@echo "make run         dlaas up on the embedded defaults (http://127.0.0.1:8080, dashboard /ui/)"
+	@echo "make ui-assets   install the dashboard's front-end libraries from npm (npm ci)"
+	@echo "make browser     install Debian's Chromium for the browser tests, if missing"
 	@echo "make schema      regenerate manifests/manifest.schema.json"
 	@echo "make bench       run the benchmarks (quick), rows in bench.json"
 
@@ -20,8 +30,29 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-install: $(BIN)/activate
+$(INSTALLED): pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/pip install --quiet --no-deps "$(TF_SERVING_API)"
+	touch $@
+
+install: $(INSTALLED) ui-assets browser
+
+# The dashboard's front-end libraries (and the browser tests' accessibility checker), from
+# npm as package-lock.json pins them, into node_modules (gitignored); the API serves them
+# from there (/ui/vendor/). npm itself is Debian's where it is missing.
+ui-assets: node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { apt-get update && apt-get install -y npm; }
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+# The browser the dashboard's tests drive (tests/browser): Debian's Chromium, installed
+# only where it is missing (Playwright never downloads one).
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
 
 lint: install
 	$(BIN)/ruff check .
@@ -40,7 +71,7 @@ chaos: install
 		$(BIN)/pytest tests/chaos -q -s
 
 run: install
-	$(BIN)/dlaas up
+	$(BIN)/dlaas up --host 127.0.0.1 --port 8080
 
 quickstart: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/quickstart.py

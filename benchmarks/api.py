@@ -2,7 +2,9 @@
 
 api_get_training: authenticated `GET /v1/trainings/{id}` requests/s at concurrency 32,
 against a bare FastAPI JSON endpoint served with the same uvicorn settings (ratio ours /
-bare). api_list_10k: p99 of `GET /v1/trainings?limit=50` with 10,000 trainings of the
+bare); api_get_training_postgresql: the same with the platform on PostgreSQL, as a cluster
+serves it (the API answers from the bodies it keeps, service/api/training_views.py).
+api_list_10k: p99 of `GET /v1/trainings?limit=50` with 10,000 trainings of the
 tenant in PostgreSQL, against the same with 100 (ratio 10k / 100).
 
 The load generator is benchmarks/loadgen.py: keep-alive connections over raw asyncio
@@ -133,7 +135,7 @@ def api_get_training(quick: bool, database_url: str | None = None) -> Row:
             "p99_s": round(percentile(latencies, 99), 4),
             "database": "postgresql (as in a cluster)" if database_url else "sqlite (embedded)",
             "load_generator": "benchmarks/loadgen.py (asyncio streams, keep-alive)",
-            "target": "ratio >= 0.5" if not database_url else "none (the target row is SQLite)",
+            "target": "ratio >= 0.7" if database_url else "ratio >= 0.5",
         },
     )
 

@@ -122,3 +122,53 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def hammer_grpc(
+    target: str,
+    method: str,
+    *,
+    request: bytes,
+    metadata: tuple[tuple[str, str], ...] = (),
+    concurrency: int = 1,
+    seconds: float = 1.0,
+    warmup: float = 0.25,
+) -> Load:
+    """The same closed loop over one gRPC channel (HTTP/2, `concurrency` calls in flight,
+    one blocking call per thread: grpcio's synchronous client spent about 0.3 ms of CPU
+    per call here against 0.35-0.7 ms for its asyncio one): the request serialized once,
+    the answer's bytes not parsed. Raises on any status but OK."""
+    import threading
+
+    import grpc
+
+    result = Load()
+    errors: list[BaseException] = []
+    with grpc.insecure_channel(target) as channel:
+        call = channel.unary_unary(method)  # bytes in, bytes out
+
+        def client(until: float, record: bool) -> None:
+            try:
+                while (sent := time.perf_counter()) < until:
+                    call(request, metadata=metadata, timeout=60)
+                    if record:
+                        result.latencies.append(time.perf_counter() - sent)
+            except BaseException as e:  # reported by the caller's thread
+                errors.append(e)
+
+        def run(until: float, record: bool) -> None:
+            threads = [
+                threading.Thread(target=client, args=(until, record)) for _ in range(concurrency)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
+
+        run(time.perf_counter() + warmup, False)
+        start = time.perf_counter()
+        run(start + seconds, True)
+        result.elapsed = time.perf_counter() - start
+    return result

@@ -22,7 +22,16 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Row
 
-BENCHMARKS = ["latency", "training_overhead", "api", "scoring", "ddl_allreduce", "k8s"]
+BENCHMARKS = [
+    "latency",
+    "training_overhead",
+    "api",
+    "log_throughput",
+    "submit_throughput",
+    "scoring",
+    "ddl_allreduce",
+    "k8s",
+]
 
 
 def main() -> int:

@@ -14,6 +14,12 @@ ratio = value / baseline, each value the median over the repeats. What is compar
 measured in turn within each repeat (in-process, then the endpoint; batching on, then
 off), so a noisy neighbour hits both alike.
 
+An API of its own (batching on, as the REST one) serves TensorFlow Serving's gRPC API
+(DLAAS_SCORING_GRPC_PORT), so the REST rows measure the API as it runs without it: the
+`scoring_grpc_<model>_b64` rows are batch-64 predictions through it (a PredictRequest made
+with tensorflow-serving-api and tf.make_tensor_proto, 4 calls in flight on one channel)
+against the same in-process baseline, measured in turn with it.
+
 Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1), `mlp`
 (32 inputs, 4 x 1024 relu, 10 outputs) and `wide` (32 inputs, 2 x 4096 relu, 10 outputs).
 """
@@ -50,7 +56,7 @@ from benchmarks.common import (
     wait_answering,
     zip_code,
 )
-from benchmarks.loadgen import hammer
+from benchmarks.loadgen import hammer, hammer_grpc
 
 ADMIN = "bench-admin"
 BATCHING_CONCURRENCY = 8
@@ -132,6 +138,7 @@ class Bench:
             DLAAS_HOME=str(home), DLAAS_ADMIN_API_KEY=ADMIN, DLAAS_CATALOG_FILE=str(catalog)
         )
         self.urls: dict[str, str] = {}
+        self.grpc_targets: dict[str, str] = {}
         self.headers: dict[str, str] = {}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -149,9 +156,13 @@ class Bench:
         self.processes[name] = proc
         return proc
 
-    def start_api(self, name: str, **settings: str) -> str:
+    def start_api(self, name: str, *, grpc: bool = False, **settings: str) -> str:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
+        if grpc:
+            grpc_port = free_port()
+            settings["DLAAS_SCORING_GRPC_PORT"] = str(grpc_port)
+            self.grpc_targets[name] = f"127.0.0.1:{grpc_port}"
         proc = self.spawn(
             name,
             [
@@ -275,6 +286,58 @@ def through_endpoint(
     return Sample(load.per_second * len(batch), load.latencies)
 
 
+def grpc_request(deployment_id: str, batch: np.ndarray) -> Any:
+    """A TensorFlow Serving client's PredictRequest for `batch`."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = deployment_id
+    request.model_spec.signature_name = "serving_default"
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(batch))
+    return request
+
+
+def check_grpc_answers_as_rest(
+    bench: Bench, target: str, url: str, deployment_id: str, batch: np.ndarray
+) -> None:
+    """The numbers through PredictionServiceStub are the REST endpoint's (1e-6)."""
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel, bench.client(url) as http:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        metadata = [("authorization", bench.headers["Authorization"])]
+        answer = stub.Predict(grpc_request(deployment_id, batch), metadata=metadata, timeout=60)
+        rest = http.post(
+            f"/v1/deployments/{deployment_id}/predictions", json={"instances": batch.tolist()}
+        )
+        rest.raise_for_status()
+    got = tf.make_ndarray(answer.outputs["y"])
+    np.testing.assert_allclose(got, np.asarray(rest.json()["predictions"]), rtol=0, atol=1e-6)
+
+
+def through_grpc(
+    bench: Bench,
+    target: str,
+    deployment_id: str,
+    batch: np.ndarray,
+    concurrency: int,
+    seconds: float,
+) -> Sample:
+    """`concurrency` calls of Predict in flight, each sent again as soon as it is answered."""
+    load = hammer_grpc(
+        target,
+        "/tensorflow.serving.PredictionService/Predict",
+        request=grpc_request(deployment_id, batch).SerializeToString(),
+        metadata=(("authorization", bench.headers["Authorization"]),),
+        concurrency=concurrency,
+        seconds=seconds,
+    )
+    return Sample(load.per_second * len(batch), load.latencies)
+
+
 def endpoint_vs_in_process(
     bench: Bench, url: str, model: Model, deployment_id: str, model_dir: Path, args: Any
 ) -> list[Row]:
@@ -285,7 +348,10 @@ def endpoint_vs_in_process(
     function = serving_function(model_dir)
     for batch_size in (1, 64):
         batch = rng.uniform(-1, 1, size=(batch_size, model.features)).astype(np.float32)
-        local, one, many = [], [], []
+        local, one, many, over_grpc = [], [], [], []
+        target = bench.grpc_targets.get("grpc") if batch_size == 64 else None
+        if target is not None:
+            check_grpc_answers_as_rest(bench, target, url, deployment_id, batch)
         for _ in range(args.repeats):
             local.append(in_process(function, batch, args.seconds))
             one.append(through_endpoint(bench, url, deployment_id, batch, 1, args.seconds))
@@ -294,7 +360,15 @@ def endpoint_vs_in_process(
                     bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
                 )
             )
+            if target is not None:
+                over_grpc.append(
+                    through_grpc(
+                        bench, target, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
+                    )
+                )
         base, c1, cn = summarize(local), summarize(one), summarize(many)
+        if over_grpc:
+            rows.append(grpc_row(model, batch_size, summarize(over_grpc), base, cn))
         prefix = f"scoring_{model.name}_b{batch_size}"
         measured = (
             ("predictions_per_s", "predictions/s", cn[0], base[0], THROUGHPUT_CONCURRENCY),
@@ -319,6 +393,35 @@ def endpoint_vs_in_process(
                 ).emit()
             )
     return rows
+
+
+def grpc_row(
+    model: Model,
+    batch_size: int,
+    served: tuple[float, float, float],
+    base: tuple[float, float, float],
+    rest: tuple[float, float, float],
+) -> Row:
+    """`scoring_grpc_<model>_b64`: predictions/s through the gRPC API, 4 calls in flight,
+    against the loaded model called back to back in-process; REST's ratio beside it."""
+    return Row(
+        f"scoring_grpc_{model.name}_b{batch_size}",
+        round(served[0], 3),
+        "predictions/s",
+        baseline=round(base[0], 3),
+        ratio=round(served[0] / base[0], 3),
+        detail={
+            "model": model.name,
+            "batch": batch_size,
+            "concurrency": THROUGHPUT_CONCURRENCY,
+            "p50_ms": round(served[1], 3),
+            "p99_ms": round(served[2], 3),
+            "rest_predictions_per_s": round(rest[0], 3),
+            "rest_ratio": round(rest[0] / base[0], 3),
+            "target": "ratio >= 0.8",
+            "baseline": "the loaded model called back to back in-process",
+        },
+    ).emit()
 
 
 def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any) -> Row:
@@ -402,9 +505,11 @@ def run_all(args: Any) -> list[Row]:
             bench.stop("worker")  # nothing else runs while we measure
             bench.stop("monitor")
             bench.start_api("no-batching", DLAAS_SCORING_BATCHING="false")
-            with bench.client(bench.urls["no-batching"]) as http:
-                for deployment_id, _ in deployed:
-                    wait_ready(http, deployment_id)
+            bench.start_api("grpc", grpc=True)
+            for api in ("no-batching", "grpc"):
+                with bench.client(bench.urls[api]) as http:
+                    for deployment_id, _ in deployed:
+                        wait_ready(http, deployment_id)
             for model, (deployment_id, model_dir) in zip(MODELS, deployed, strict=True):
                 rows += endpoint_vs_in_process(bench, url, model, deployment_id, model_dir, args)
                 rows.append(batching_on_vs_off(bench, model, deployment_id, args))

@@ -117,9 +117,10 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
         name="dlaas-monitor",
         daemon=True,
     )
+    app = create_app(platform=platform)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(platform=platform),
+            app,
             log_level="info",
             access_log=False,
             timeout_graceful_shutdown=3,
@@ -146,11 +147,18 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
                 "DLAAS_ADMIN_API_KEY" if settings.admin_api_key else str(settings.admin_key_file)
             )
             echo(f"DLaaS is up on {url}  (API docs: {url}/docs)")
+            echo(f"  dashboard:     {url}/ui/")
             echo(f"  home:          {settings.home_dir}")
             echo(f"  learners:      {describe_backend(settings, backend)}")
             echo(f"  admin API key: {admin}")
             echo(f"  client config: {config_file}  (tenant '{tenant}'; used by dlaas and Client())")
             echo(f"  worker log:    {worker.log_path}")
+            grpc_port = getattr(app.state, "grpc_port", None)  # DLAAS_SCORING_GRPC_PORT
+            if grpc_port is not None:
+                echo(
+                    f"  scoring gRPC:  {settings.scoring_grpc_host}:{grpc_port}  "
+                    "(TensorFlow Serving's PredictionService)"
+                )
             if (why := backend.unsandboxed_reason()) is not None:
                 who = (
                     "every tenant's (DLAAS_ALLOW_UNSANDBOXED=true)"

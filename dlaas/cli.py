@@ -11,15 +11,18 @@ client configuration `dlaas up` writes (see dlaas.config).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import sys
 import tarfile
-from collections.abc import Iterator, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -35,11 +38,20 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperArgument, TyperCommand
+from typer.models import CommandFunctionType
 
 from dlaas.client import Client, ProgressCallback
 from dlaas.config import dlaas_home
-from dlaas.errors import ApiError, DlaasError
-from dlaas.models import ApiKey, Deployment, Tenant, Training
+from dlaas.errors import ApiError, ConnectionFailed, DlaasError
+from dlaas.models import ApiKey, Deployment, Signature, Tenant, Tensor, Training
+from dlaas.tensorboard import (
+    LogDirMirror,
+    start_tensorboard,
+    stop_tensorboard,
+    wait_until_serving,
+)
 
 # soft_wrap: long messages stay on one line (greppable), tables still fit the width.
 out = Console(highlight=False, soft_wrap=True)
@@ -94,8 +106,32 @@ def _report(error: BaseException, session: _Session) -> NoReturn:
     raise SystemExit(1)
 
 
+class _Command(TyperCommand):
+    """A command whose usage line names its arguments as they are typed: `ID`, `[DEST]`
+    (Typer writes a required one as `{ID}`, which reads like a placeholder to fill in)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not isinstance(param, TyperArgument):
+                continue  # options are summed up by [OPTIONS]
+            name = param.metavar or (param.name or "").upper()
+            if not param.required and not name.startswith("["):
+                name = f"[{name}]"
+            if param.nargs != 1 and not name.endswith("..."):
+                name += "..."
+            pieces.append(name)
+        return pieces
+
+
 class _App(typer.Typer):
     """A Typer app whose expected failures end in a message and exit code 1."""
+
+    def command(
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # The session outlives the command's context, for the error handler to read.
@@ -181,6 +217,35 @@ def _when(value: datetime | None) -> str:
     if value is None:
         return "-"
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _age(value: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, in at most four characters (`45s`, `12m`, `5h`, `3d`, `412d`): a list
+    keeps one line per row on an 80-column terminal. `show` prints the full time."""
+    if value is None:
+        return "-"
+    seconds = max(0, int(((now or datetime.now(UTC)) - value).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        # Two units' worth before switching: `90m` says more than `1h`.
+        if seconds >= 2 * size or (unit == "m" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _cut(text: str) -> Text:
+    """A cell that stays on one line, cut with an ellipsis when the table needs its room."""
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+def _listing(*columns: str) -> Table:
+    """A list's table: the NAME column gives up its width first, the others are never cut."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        if column == "NAME":
+            table.add_column(column, min_width=4, ratio=1)
+        else:
+            table.add_column(column, no_wrap=True, justify="right" if column == "AGE" else "left")
+    return table
 
 
 @contextmanager
@@ -354,10 +419,16 @@ def runtimes_install(
 def train(
     ctx: typer.Context,
     manifest: Annotated[
-        Path, typer.Argument(help="The manifest (YAML or JSON).", exists=True, dir_okay=False)
+        Path,
+        typer.Argument(
+            metavar="MANIFEST", help="The manifest (YAML or JSON).", exists=True, dir_okay=False
+        ),
     ],
     code: Annotated[
-        Path, typer.Argument(help="The code: a directory, or a .zip / .tar.gz.", exists=True)
+        Path,
+        typer.Argument(
+            metavar="CODE", help="The code: a directory, or a .zip / .tar.gz.", exists=True
+        ),
     ],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the logs until the training ends.")
@@ -397,29 +468,42 @@ def list_(
     ctx: typer.Context,
     status: Annotated[str | None, typer.Option(help="Only trainings in this state.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    cursor: Annotated[
+        str | None,
+        typer.Option(help="Go on from the next_cursor of an earlier --json answer."),
+    ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """Your trainings, newest first."""
+    """Your trainings, newest first. With --json, the API's answer: items and next_cursor
+    (null once every training is listed; else pass it to --cursor)."""
     _session(ctx).json = json_
+    items: list[dict[str, Any]] = []
+    trainings: list[Training] = []
     with _client(ctx) as client:
-        trainings = client.trainings.list(status=status, limit=limit)
+        while limit is None or len(trainings) < limit:
+            size = 100 if limit is None else min(100, limit - len(trainings))
+            page = client.trainings.page(status=status, limit=size, cursor=cursor)
+            items.extend(page.raw["items"])
+            trainings.extend(page.items)
+            cursor = page.next_cursor
+            if not cursor:
+                break
     if json_:
-        _emit([t.raw for t in trainings])
+        _emit({"items": items, "next_cursor": cursor})
         return
     if not trainings:
         out.print("No trainings yet. Submit one with: dlaas train MANIFEST CODE")
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "STATUS", "FRAMEWORK", "NODES", "CREATED"):
-        table.add_column(column)
+    table = _listing("ID", "NAME", "STATUS", "FRAMEWORK", "NODES", "AGE")
+    now = datetime.now(UTC)
     for t in trainings:
         table.add_row(
             escape(t.id),
-            escape(t.name),
+            _cut(t.name),
             _status(t.status),
             escape(f"{t.framework.name} {t.framework.version}"),
             str(t.compute_configuration.nodes),
-            _when(t.created_at),
+            _age(t.created_at, now),
         )
     out.print(table)
 
@@ -481,8 +565,8 @@ def metrics(
     training_id: Annotated[str, typer.Argument(metavar="ID")],
     json_: JsonFlag = False,
 ) -> None:
-    """The evaluation metrics read from a training's logs (the manifest's
-    evaluation_metrics)."""
+    """The evaluation metrics of a training (the manifest's evaluation_metrics): read
+    from its logs, or the scalars of its TensorBoard event files."""
     _session(ctx).json = json_
     with _client(ctx) as client:
         found = client.trainings.metrics(training_id)
@@ -490,7 +574,10 @@ def metrics(
         _emit({name: [dataclasses.asdict(p) for p in points] for name, points in found.items()})
         return
     if not found:
-        out.print("This training's manifest defines no evaluation_metrics.")
+        out.print(
+            "No metrics: this training's manifest defines no evaluation_metrics, or its "
+            "learners have written no TensorBoard scalars yet."
+        )
         return
     table = Table(box=None, header_style="bold")
     for column in ("METRIC", "LEARNER", "STEP", "VALUE", "TIME"):
@@ -539,12 +626,88 @@ def delete(
 
 
 @app.command()
+def tensorboard(
+    ctx: typer.Context,
+    training_id: Annotated[str, typer.Argument(metavar="ID")],
+    logdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--logdir",
+            help="Where the training's LOG_DIR files go, learner-<i>/ each (default: a "
+            "temporary directory, removed at the end).",
+            file_okay=False,
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", help="TensorBoard's port.", min=1)] = 6006,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between two syncs.", min=0.5)
+    ] = 5.0,
+) -> None:
+    """TensorBoard on a training's LOG_DIR: every learner's files (learner-<i>/ as run
+    names), kept in sync while the training runs. Needs TensorBoard (installed with dlaas).
+    Ctrl-C stops it."""
+    with contextlib.ExitStack() as stack:
+        try:
+            _serve_tensorboard(stack, _client(ctx), training_id, logdir, port, interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _serve_tensorboard(
+    stack: contextlib.ExitStack,
+    client: Client,
+    training_id: str,
+    logdir: Path | None,
+    port: int,
+    interval: float,
+) -> None:
+    """`dlaas tensorboard`'s work, until TensorBoard exits or Ctrl-C; `stack` stops
+    TensorBoard and removes a temporary directory however it ends."""
+    stack.enter_context(client)
+    training = client.trainings.get(training_id)
+    if logdir is None:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dlaas-tb-")))
+    else:
+        root = logdir
+        root.mkdir(parents=True, exist_ok=True)
+    mirror = LogDirMirror(client, training.id, root)
+    mirror.sync()
+    proc = start_tensorboard(root, port)
+    stack.callback(stop_tensorboard, proc)
+    url = f"http://127.0.0.1:{port}/"
+    wait_until_serving(proc, url)
+    out.print(f"TensorBoard for training {escape(training.id)} at {url} (Ctrl-C stops it)")
+    syncing, failed = not training.terminal, False
+    while proc.poll() is None:
+        time.sleep(interval)
+        if not syncing:
+            continue
+        try:
+            ended = client.trainings.get(training.id).terminal
+            mirror.sync()  # after the check: what an ended training stored last is here
+            failed = False
+        except ConnectionFailed as e:
+            if not failed:
+                err.print(f"syncing failed, trying again: {escape(str(e))}")
+            failed = True
+            continue
+        if ended:
+            syncing = False
+            out.print(f"Training {escape(training.id)} has ended; all its LOG_DIR files are here.")
+    raise DlaasError(f"TensorBoard exited with code {proc.returncode}")
+
+
+@app.command()
 def download(
     ctx: typer.Context,
     training_id: Annotated[str, typer.Argument(metavar="ID")],
     dest: Annotated[
         Path | None,
-        typer.Argument(help="Directory to write the results into (default ./ID).", file_okay=False),
+        typer.Argument(
+            metavar="DEST",
+            help="Directory to write the results into (default ./ID).",
+            file_okay=False,
+        ),
     ] = None,
     json_: JsonFlag = False,
 ) -> None:
@@ -627,7 +790,8 @@ def predict(
         typer.Option(
             "--input",
             "-i",
-            help='JSON file with {"instances": [...]} or a list of instances; - for stdin.',
+            help='A JSON file: an object whose "instances" is the list of instances, or '
+            "that list alone; - for stdin.",
         ),
     ],
     json_: JsonFlag = False,
@@ -658,21 +822,20 @@ def deployments_list(ctx: typer.Context, json_: JsonFlag = False) -> None:
     with _client(ctx) as client:
         found = client.deployments.list()
     if json_:
-        _emit([d.raw for d in found])
+        _emit({"items": [d.raw for d in found]})
         return
     if not found:
         out.print("No deployments. Deploy a completed training with: dlaas deploy TRAINING_ID")
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "TRAINING", "STATUS", "CREATED"):
-        table.add_column(column)
+    table = _listing("ID", "NAME", "TRAINING", "STATUS", "AGE")
+    now = datetime.now(UTC)
     for d in found:
         table.add_row(
             escape(d.id),
-            escape(d.name or ""),
+            _cut(d.name or ""),
             escape(d.training_id),
             _status(d.status),
-            _when(d.created_at),
+            _age(d.created_at, now),
         )
     out.print(table)
 
@@ -683,14 +846,47 @@ def deployments_show(
     deployment_id: Annotated[str, typer.Argument(metavar="ID")],
     json_: JsonFlag = False,
 ) -> None:
-    """A deployment's status."""
+    """A deployment's status and, once READY, its signature: the inputs a prediction
+    sends and the outputs it gets, with their dtypes and shapes."""
     _session(ctx).json = json_
     with _client(ctx) as client:
         deployment = client.deployments.get(deployment_id)
     if json_:
         _emit(deployment.raw)
-    else:
-        _show_deployment(deployment)
+        return
+    _show_deployment(deployment)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    grid.add_row("created", _when(deployment.created_at))
+    grid.add_row("ready", _when(deployment.ready_at))
+    out.print(grid)
+    if deployment.signature is not None:
+        out.print(_signature_table("Signature serving_default", deployment.signature))
+    others = sorted(name for name in deployment.signatures if name != "serving_default")
+    if others:
+        out.print(
+            "Other signatures (a prediction names one with signature_name): "
+            + escape(", ".join(others))
+        )
+
+
+def _shape(tensor: Tensor) -> str:
+    """A tensor's shape as TensorFlow prints it: `(None, 2)`, None for any size."""
+    if tensor.shape is None:
+        return "unknown rank"
+    dims = ["None" if d is None else str(d) for d in tensor.shape]
+    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
+def _signature_table(title: str, signature: Signature) -> Table:
+    table = Table(title=title, title_justify="left", box=None, header_style="bold")
+    for column in ("", "NAME", "DTYPE", "SHAPE"):
+        table.add_column(column, no_wrap=column != "NAME")
+    for kind, tensors in (("input", signature.inputs), ("output", signature.outputs)):
+        for t in tensors:
+            table.add_row(kind, escape(t.name), escape(t.dtype), _shape(t))
+    return table
 
 
 @deployments_app.command("delete")
@@ -811,7 +1007,7 @@ def tenants_list(ctx: typer.Context, admin_key: AdminKey = None, json_: JsonFlag
     with _client(ctx, api_key=_admin_key(admin_key)) as client:
         tenants = client.tenants.list()
     if json_:
-        _emit([t.raw for t in tenants])
+        _emit({"items": [t.raw for t in tenants]})
     else:
         out.print(_tenants_table(tenants))
 
@@ -848,7 +1044,7 @@ def keys_list(
     with _keys_client(ctx, admin_key) as client:
         keys = client.tenants.list_keys(tenant_id)
     if json_:
-        _emit([k.raw for k in keys])
+        _emit({"items": [k.raw for k in keys]})
     else:
         out.print(_keys_table(keys))
 

@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+from urllib.parse import quote
 
 import httpx
 
@@ -49,6 +50,7 @@ from dlaas.models import (
     ApiKey,
     Deployment,
     MetricPoint,
+    Page,
     ResultFile,
     Tenant,
     Training,
@@ -385,17 +387,34 @@ class Trainings:
         cursor: str | None = None
         while limit is None or len(found) < limit:
             page_size = 100 if limit is None else min(100, limit - len(found))
-            params: dict[str, Any] = {"limit": page_size}
-            if status:
-                params["status"] = status
-            if cursor:
-                params["cursor"] = cursor
-            page = self._client._json("GET", "/v1/trainings", params=params)
-            found.extend(Training.from_json(item) for item in page["items"])
-            cursor = page.get("next_cursor")
+            page = self.page(status=status, limit=page_size, cursor=cursor)
+            found.extend(page.items)
+            cursor = page.next_cursor
             if not cursor:
                 break
         return found
+
+    def page(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[Training]:
+        """One page of the tenant's trainings, newest first: `GET /v1/trainings` as the API
+        answers it (`raw`: `{"items": [...], "next_cursor": ...}`).
+
+        `limit` trainings at most (1..500); `cursor` is the `next_cursor` of the page before,
+        None for the first. Raises `ValidationError` for an unknown status, `BadRequest` for
+        a cursor the API did not give.
+        """
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if cursor:
+            params["cursor"] = cursor
+        data = self._client._json("GET", "/v1/trainings", params=params)
+        return Page(
+            tuple(Training.from_json(item) for item in data["items"]),
+            data.get("next_cursor"),
+            data,
+        )
 
     def get(self, training_id: str) -> Training:
         """The training now: `GET /v1/trainings/{id}`. Raises `NotFound`."""
@@ -486,6 +505,29 @@ class Trainings:
         learners' logs and whatever they wrote to $RESULT_DIR. Raises `NotFound`."""
         data = self._client._json("GET", f"/v1/trainings/{training_id}/results")
         return [ResultFile.from_json(item) for item in data["files"]]
+
+    def result(self, training_id: str, path: str, out: IO[bytes], *, offset: int = 0) -> bool:
+        """Write one stored result file (`GET /v1/trainings/{id}/results/{path}`, `path` as
+        `results` lists it) to `out`.
+
+        With `offset` > 0 only the bytes from `offset` on are asked for (a Range request),
+        to append to a copy that has the first `offset` bytes: `out` must then be seekable,
+        and is written at its position when the server sends that range (True is returned),
+        or emptied and given the whole file when it sends all of it (False). Raises
+        `NotFound`; `ApiError` (416) when `offset` is not before the file's end."""
+        headers = {"Range": f"bytes={offset}-"} if offset > 0 else {}
+        with self._client._stream(
+            "GET", f"/v1/trainings/{training_id}/results/{quote(path, safe='/')}", headers=headers
+        ) as response:
+            if offset > 0 and response.status_code != 206:
+                out.seek(0)
+                out.truncate()
+            try:
+                for chunk in response.iter_bytes(_CHUNK):
+                    out.write(chunk)
+            except httpx.HTTPError as e:
+                raise self._client._connection_failed(e) from e
+            return offset == 0 or response.status_code == 206
 
     def download(
         self,

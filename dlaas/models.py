@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 TRAINING_STATES = (
     "QUEUED",
@@ -318,8 +320,53 @@ class ApiKey:
 
 
 @dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list the API answers in pages (`GET /v1/trainings`): its items and
+    the cursor that asks for the next page, None after the last one."""
+
+    items: tuple[T, ...]
+    next_cursor: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output of a model's signature. `shape` holds None for a dimension of
+    any size (the first is the batch); `shape` itself is None for an unknown rank."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tensor:
+        shape = data.get("shape")
+        return cls(
+            name=str(data["name"]),
+            dtype=str(data["dtype"]),
+            shape=None if shape is None else tuple(None if d is None else int(d) for d in shape),
+        )
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A signature of a deployed model: what a prediction request sends and gets back."""
+
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Signature:
+        return cls(
+            inputs=tuple(Tensor.from_json(t) for t in data.get("inputs") or []),
+            outputs=tuple(Tensor.from_json(t) for t in data.get("outputs") or []),
+        )
+
+
+@dataclass(frozen=True)
 class Deployment:
-    """An online deployment of a training's SavedModel: DEPLOYING, then READY or FAILED."""
+    """An online deployment of a training's SavedModel: DEPLOYING, then READY or FAILED.
+    `signature` is the `serving_default` one once READY; `signatures` every one, by name."""
 
     id: str
     training_id: str
@@ -328,6 +375,8 @@ class Deployment:
     status_message: str | None = None
     created_at: datetime | None = None
     ready_at: datetime | None = None
+    signature: Signature | None = None
+    signatures: dict[str, Signature] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -341,6 +390,7 @@ class Deployment:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Deployment:
+        signature = data.get("signature")
         return cls(
             id=str(data["id"]),
             training_id=str(data.get("training_id", "")),
@@ -349,5 +399,9 @@ class Deployment:
             status_message=_str_or_none(data.get("status_message")),
             created_at=_time(data.get("created_at")),
             ready_at=_time(data.get("ready_at")),
+            signature=Signature.from_json(signature) if signature else None,
+            signatures={
+                str(n): Signature.from_json(s) for n, s in (data.get("signatures") or {}).items()
+            },
             raw=data,
         )

@@ -164,6 +164,13 @@ class Platform:
         return SecretBox(ensure_secret_key(self.settings))
 
     @cached_property
+    def session_seal(self) -> SecretBox:
+        """Seals the API key a dashboard session cookie carries (service.http.auth); its
+        own key, derived from the secret key, so a sealed credential is never a valid
+        cookie nor a cookie a credential."""
+        return SecretBox("dlaas-session:" + ensure_secret_key(self.settings))
+
+    @cached_property
     def endpoint_policy(self) -> EndpointPolicy:
         """Which S3 endpoints manifests may name (service.storage.endpoints)."""
         return EndpointPolicy.from_settings(self.settings)

@@ -71,11 +71,13 @@ class SecretBox:
     def encrypt(self, value: str) -> str:
         return _PREFIX + self._fernet.encrypt(value.encode()).decode("ascii")
 
-    def decrypt(self, value: str) -> str:
+    def decrypt(self, value: str, ttl: int | None = None) -> str:
+        """The plain value; with `ttl`, only of a value encrypted at most `ttl` seconds ago."""
         if not value.startswith(_PREFIX):
             raise SecretsUnreadable("a stored credential is not encrypted")
         try:
-            return self._fernet.decrypt(value[len(_PREFIX) :].encode("ascii")).decode()
+            token = value[len(_PREFIX) :].encode("ascii")
+            return self._fernet.decrypt(token, ttl=ttl).decode()
         except (InvalidToken, ValueError) as e:
             raise SecretsUnreadable(
                 "a stored credential cannot be decrypted; was DLAAS_SECRET_KEY (or "

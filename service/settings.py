@@ -170,7 +170,17 @@ class Settings(BaseSettings):
         default=0.25,
         gt=0,
         description="Seconds between two passes of the monitor. It is also woken at once by "
-        "learners' status changes (local backend) and by the API in the same process.",
+        "learners' status changes (local backend) and by the API in the same process. On "
+        "PostgreSQL also how far behind the database an API process's kept training bodies "
+        "may be (service.api.training_views).",
+    )
+    monitor_full_pass_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between two full passes of the monitor on a backend that says "
+        "which trainings changed (Kubernetes: its pod watch). The passes between reconcile "
+        "only those and the trainings written since the last pass; a full pass reconciles "
+        "every active training (timeouts, lost launches, missing pods).",
     )
     stop_grace_seconds: float = Field(
         default=3.0, ge=0, description="SIGTERM to SIGKILL grace when learners are stopped."
@@ -188,10 +198,31 @@ class Settings(BaseSettings):
         description="The most seconds a learner keeps retrying one upload to an unreachable "
         "object store (DLAAS_STORE_RETRY_ATTEMPTS: whichever ends first).",
     )
+    log_dir_sync_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between two syncs of a running learner's LOG_DIR to the object "
+        "store (its new and changed files only), and between two reads of its TensorBoard "
+        "event files for a training whose evaluation_metrics are `{type: tensorboard}`.",
+    )
     scoring_url: str | None = Field(
         default=None,
         description="URL of a separate scoring service (`python -m service.scoring`) that the "
         "API forwards predictions to; unset: the API process scores (embedded).",
+    )
+    scoring_grpc_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve TensorFlow Serving's gRPC API (tensorflow.serving.PredictionService: "
+        "Predict, GetModelMetadata) on this port, wherever predictions are scored (the API "
+        "process, or `python -m service.scoring`); 0: a port the system chooses (logged); "
+        "unset: no gRPC API.",
+    )
+    scoring_grpc_host: str = Field(
+        default="127.0.0.1",
+        description="The address the scoring gRPC API listens on (0.0.0.0 or [::] for every "
+        "interface, as a separate scoring service in a cluster needs).",
     )
     scoring_batching: bool = Field(
         default=True, description="Merge concurrent prediction requests into one model call."
@@ -245,6 +276,17 @@ class Settings(BaseSettings):
         default=None,
         description="Encrypts data-store credentials at rest; default a key generated into "
         "$DLAAS_HOME/secret_key. Set the same value everywhere in a cluster.",
+    )
+    session_max_age: int = Field(
+        default=43200,
+        ge=60,
+        description="Seconds a dashboard sign-in (its session cookie) lasts before the "
+        "dashboard asks for the API key again.",
+    )
+    ui_assets_dir: Path | None = Field(
+        default=None,
+        description="Where the dashboard's front-end libraries were installed (the "
+        "node_modules directory `make ui-assets` fills); default the source's node_modules.",
     )
     allowed_data_endpoints: str | None = Field(
         default=None,

@@ -61,7 +61,7 @@ def create_training(
     after the archive is stored, the archive is removed again: a refused submission leaves
     nothing behind.
     """
-    document = manifest.model_dump(mode="json", exclude_none=True)
+    document = manifest.model_dump(mode="json", exclude_none=True, by_alias=True)
     if secrets is not None:
         document = seal_manifest(document, secrets)
     elif manifest.training_data_reference or manifest.training_results_reference:
@@ -131,7 +131,7 @@ def submission(
     """
     parsed = load_manifest(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
     plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
-    queued = repository.tenant_training_count(session, tenant.id, TrainingState.QUEUED)
+    queued, stored = repository.tenant_queued_and_stored(session, tenant.id)
     if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
         raise LimitExceeded(reached.limit, reached.message)
     parsed = parsed.model_copy(
@@ -154,7 +154,6 @@ def submission(
             summary = inspect_archive(spooled, platform.archive_limits)
         except UnsafeArchiveError as e:
             raise ValidationFailed([FieldError("model_definition", str(e))]) from e
-        stored = repository.tenant_stored_bytes(session, tenant.id)
         adding = spooled.stat().st_size
         if reached := quotas.check_stored_bytes(tenant.plan, plan, stored, adding):
             raise LimitExceeded(reached.limit, reached.message)

@@ -2,12 +2,18 @@
 
 Each pass (every DLAAS_MONITOR_INTERVAL seconds, and at once when the backend says a
 learner's status changed or, in `dlaas up`, when the API wrote an intent) it
-1. observes every active training and applies service.domain.lifecycle's decision
+1. observes the active trainings and applies service.domain.lifecycle's decision
    (progress, gang failure, completion, timeout, stop requests), recording each transition
    and each learner's state, then dispatches the actions (stop, finalize) to the worker;
 2. admits queued trainings (service.domain.admission: plan concurrency, backend slots,
    gang start), moving them to PENDING and dispatching their launch;
 3. deletes terminal trainings whose deletion was requested while they ran.
+
+Which trainings a pass observes: every active one where the backend cannot say which
+changed (the local backend). Where it can (Kubernetes: its pod watch), a full pass every
+DLAAS_MONITOR_FULL_PASS_SECONDS observes every one, and the passes between only those the
+backend saw change, those written since the last pass and those whose reconciliation is
+failing, so a pass costs what changed, not what runs.
 
 It keeps no state that matters: killed and restarted at any time, it picks up from the
 database and the backend. Only one monitor acts at a time (a lock: PostgreSQL advisory
@@ -36,7 +42,7 @@ from service.db import repository
 from service.db.models import Training, utcnow
 from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
-from service.domain.admission import Candidate, admit
+from service.domain.admission import admit
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
@@ -73,6 +79,10 @@ FAILING_GRACE = timedelta(seconds=30)
 # Learners' clocks may differ this much from the monitor's: a phase time further outside
 # the training's lifetime makes a malformed report.
 CLOCK_SKEW = timedelta(hours=1)
+# A pass between two full ones reads the trainings written since the last pass began, less
+# this much: what another process wrote (its clock may differ a little, its commit come a
+# little later) is not missed. A full pass catches whatever still is.
+TOUCHED_MARGIN = timedelta(seconds=5)
 
 
 # How often a monitor waiting for its next pass looks whether it was asked to stop.
@@ -86,28 +96,57 @@ class Monitor:
         self._sent: dict[tuple[str, str], float] = {}
         # Trainings whose reconciliation failed: since when, and for how many passes.
         self._failing: dict[str, tuple[datetime, int]] = {}
+        # On a backend that says which trainings changed: when the last full pass was, and
+        # when the last pass began (what the next reads the trainings written since).
+        self._full_every = timedelta(seconds=platform.settings.monitor_full_pass_seconds)
+        self._last_full: datetime | None = None
+        self._since = utcnow()
 
     # -- one pass ------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> None:
         now = now or utcnow()
+        # Drained before anything is read: a change that comes during the pass is in the next.
+        changed = self.backend.changed()
+        full = changed is None or self._full_pass_due(now)
         outbox: list[tuple[str, str]] = []
         try:
             with self.platform.sessions() as session:
-                trainings = repository.active_trainings(session)
+                if full or changed is None:
+                    trainings = repository.active_trainings(session)
+                else:
+                    # Those the backend saw change, those written since the last pass (a stop
+                    # request, a launch), and those whose reconciliation is failing.
+                    trainings = repository.active_trainings_among(
+                        session, changed | set(self._failing), self._since - TOUCHED_MARGIN
+                    )
                 ids = [t.id for t in trainings]
                 for training_id, training in zip(ids, trainings, strict=True):
                     self._reconcile_isolated(session, training_id, training, now, outbox)
-                for training_id in set(self._failing) - set(ids):
-                    del self._failing[training_id]  # ended, or deleted: no longer watched
+                if full:
+                    for training_id in set(self._failing) - set(ids):
+                        del self._failing[training_id]  # ended, or deleted: no longer watched
                 self._admit(session, outbox)
                 session.commit()
-                self._release_ended(session, set(ids), outbox)
+                if full:
+                    self._release_ended(session, set(ids), outbox)
                 self._delete_requested(session)
+            if full:
+                self._last_full = now
+            self._since = now
         finally:
             # What was decided is committed: send it even if a later step of the pass failed.
             for task, training_id in outbox:
                 self._send(task, training_id)
+
+    def _full_pass_due(self, now: datetime) -> bool:
+        """Whether this pass reconciles every active training: the first, one every
+        DLAAS_MONITOR_FULL_PASS_SECONDS (what only time changes: deadlines, launches sent
+        again, pods missing for too long), and one after the clock went back."""
+        if self._last_full is None:
+            return True
+        since_full = now - self._last_full
+        return not timedelta(0) <= since_full < self._full_every
 
     def _reconcile_isolated(
         self,
@@ -257,29 +296,28 @@ class Monitor:
         return None
 
     def _admit(self, session: Session, outbox: list[tuple[str, str]]) -> None:
-        queued = repository.queued_trainings(session)
+        queued = repository.queued_candidates(session)
         if not queued:
             return
-        active = repository.active_trainings(session)
-        per_tenant: dict[str, int] = {}
-        for t in active:
-            per_tenant[t.tenant_id] = per_tenant.get(t.tenant_id, 0) + 1
+        per_tenant, held_nodes = repository.active_load(session)
         plans = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
         catalog = self.platform.catalog.plans
         concurrency = {
             tid: catalog[plan].max_concurrent_trainings if plan in catalog else 0
             for tid, plan in plans.items()
         }
-        free = self.backend.slots() - sum(t.nodes for t in active)
+        free = self.backend.slots() - held_nodes
         admitted = set(
             admit(
-                [Candidate(t.id, t.tenant_id, t.nodes) for t in queued],
+                queued,
                 active_per_tenant=per_tenant,
                 concurrency_per_tenant=concurrency,
                 free_slots=free,
             )
         )
-        for training in queued:
+        never_fit = {c.training_id for c in queued if c.nodes > self.backend.slots()}
+        # Only the trainings that change are loaded as objects (most of a queue waits).
+        for training in repository.queued_trainings_among(session, admitted | never_fit):
             if training.id in admitted:
                 record_transition(
                     training, TrainingState.PENDING, f"starting {training.nodes} learner(s)"

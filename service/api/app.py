@@ -9,12 +9,26 @@ from fastapi import FastAPI
 
 from service.api import deployments, logs, results, tenants, trainings, usage
 from service.api.deps import LoopReads
+from service.api.training_views import TrainingViews
 from service.http import health
 from service.http.app import install_common, operation_id
 from service.memory import settled
 from service.platform import Platform
 from service.scoring import predictions
 from service.settings import Settings
+from service.ui import pages as ui
+
+
+def training_views_for(platform: Platform) -> TrainingViews | None:
+    """On PostgreSQL, the kept training bodies, current within the monitor's interval
+    (its listener started); none on SQLite, whose reads run on the
+    loop at a fraction of the cost and whose writers notify no one."""
+    if platform.engine.dialect.name != "postgresql":
+        return None
+    views = TrainingViews(bound=platform.settings.monitor_interval)
+    views.watch(platform.sessions)
+    views.listen(platform.engine.url)
+    return views
 
 
 def create_app(settings: Settings | None = None, platform: Platform | None = None) -> FastAPI:
@@ -26,11 +40,15 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         if platform.settings.auto_migrate:
             platform.migrate()
         app.state.reads = LoopReads(platform.engine)
+        views = app.state.training_views = training_views_for(platform)
         try:
             async with predictions.serving(app, platform):
                 with settled():
                     yield
         finally:
+            if views is not None:
+                views.unwatch(platform.sessions)
+                views.close()
             await app.state.reads.aclose()
 
     app = FastAPI(
@@ -45,7 +63,9 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         app,
         platform,
         fast_paths=[predictions.FastPredictions],
-        public_paths=health.PUBLIC_PATHS,
+        public_paths=(*health.PUBLIC_PATHS, ui.PREFIX),
+        # The dashboard's pages ask for a key themselves (its sign-in page needs none).
+        public_prefixes=(f"{ui.PREFIX}/",),
     )
     # Routes are matched in order: the hot paths first (predictions, then trainings).
     app.include_router(predictions.predictions_router(platform))
@@ -56,4 +76,5 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     app.include_router(results.router)
     app.include_router(deployments.router)
     app.include_router(usage.router)
+    ui.install(app)
     return app

@@ -18,7 +18,7 @@ from service.db.models import Training
 from service.db.session import server_connect_args
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.http.app import PlatformDep
-from service.http.auth import authenticate, bearer_key
+from service.http.auth import authenticate, caller_key
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,7 +39,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 async def current_tenant(request: Request, platform: PlatformDep) -> TenantRef:
     """The caller, from the key cache without leaving the event loop when it can (a
     worker-thread hop costs more than a cached lookup), else from the database."""
-    key = bearer_key(request)
+    key = caller_key(request)
     key_hash = hash_api_key(key)
     cached = platform.tenant_keys.get(key_hash)
     if cached is not None:
@@ -48,7 +48,7 @@ async def current_tenant(request: Request, platform: PlatformDep) -> TenantRef:
 
 
 def require_admin(request: Request, platform: PlatformDep, session: SessionDep) -> None:
-    key = bearer_key(request)
+    key = caller_key(request)
     if keys_match(key, platform.admin_key):
         return
     if repository.tenant_for_key_hash(session, hash_api_key(key)) is not None:
@@ -60,7 +60,7 @@ async def key_owner(tenant_id: str, request: Request, platform: PlatformDep) -> 
     """The tenant whose API keys the caller manages (`/v1/tenants/{tenant_id}/keys`): any
     tenant with the admin key, its own with a tenant's key. Another tenant's is as absent
     as a missing one (404)."""
-    key = bearer_key(request)
+    key = caller_key(request)
     if keys_match(key, platform.admin_key):
         return tenant_id
     caller = await current_tenant(request, platform)

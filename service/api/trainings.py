@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 from service import trainings as service
 from service.api.deps import CurrentTenant, LoopReads, SessionDep, current_tenant, owned_training
 from service.api.schemas import TrainingList, TrainingOut
+from service.api.training_views import TrainingViews
 from service.db import repository
 from service.domain.manifest import MAX_MANIFEST_BYTES
 from service.domain.states import TrainingState
@@ -79,11 +80,18 @@ async def list_trainings(
 async def get_training(training_id: str, request: Request) -> Response:
     """The training, its learners and its status history."""
     # What every client following a training polls: no FastAPI dependencies to solve,
-    # three prepared queries, no ORM objects, no worker thread (see deps.LoopReads).
+    # on PostgreSQL the body kept while it is current (training_views), else three
+    # prepared queries, no ORM objects, no worker thread (see deps.LoopReads).
     platform: Platform = request.app.state.platform
     tenant = await current_tenant(request, platform)
+    views: TrainingViews | None = request.app.state.training_views
+    if views is not None and (body := views.get(tenant.id, training_id)) is not None:
+        return Response(body, media_type="application/json")
+    mark = views.mark() if views is not None else 0
     reads: LoopReads = request.app.state.reads
     body = await reads(_training_json, tenant.id, training_id)
+    if views is not None:
+        views.put(tenant.id, training_id, body, mark)
     return Response(body, media_type="application/json")
 
 

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
 
 from service.domain.catalog import Catalog, FrameworkSpec
 from service.domain.metrics import metric_pattern
@@ -86,6 +94,40 @@ class EvaluationMetric(_Strict):
     regex: str = Field(description="Applied to every log line; its one group is the value.")
 
 
+class TensorBoardMetrics(_Strict):
+    """Metrics from TensorBoard event files, as FfDL manifests write them: every scalar the
+    training writes (`tf.summary.scalar`) to event files under LOG_DIR, with its step."""
+
+    type: Literal["tensorboard"] = Field(
+        description="tensorboard: the scalars of the event files under LOG_DIR are the metrics."
+    )
+    in_: str | None = Field(
+        default=None,
+        alias="in",
+        max_length=1024,
+        description="Accepted as FfDL manifests write it (where the event files are, e.g. "
+        '"$JOB_STATE_DIR/logs/tb"); DLaaS reads every event file under LOG_DIR, and a '
+        "scalar is named `<directory below LOG_DIR>/<tag>` (the tag alone at its top).",
+    )
+
+
+def _metrics_kind(value: Any) -> str:
+    """Which form `evaluation_metrics` takes: a mapping is `{type: tensorboard}`, anything
+    else the list of regexes (so a wrong list is told about its items, not about both)."""
+    if isinstance(value, Mapping | TensorBoardMetrics):
+        return "tensorboard"
+    return "regexes"
+
+
+# The union's tags appear in pydantic's error locations; `_pointer` leaves them out.
+_METRICS_TAGS = ("regexes", "tensorboard")
+EvaluationMetrics = Annotated[
+    Annotated[list[EvaluationMetric], Field(max_length=32), Tag("regexes")]
+    | Annotated[TensorBoardMetrics, Tag("tensorboard")],
+    Discriminator(_metrics_kind),
+]
+
+
 class RetryPolicy(_Strict):
     """When a failed training is started again, as a new attempt that resumes from the
     checkpoints the last one left in CHECKPOINT_DIR (see service.domain.retries)."""
@@ -124,7 +166,11 @@ class Manifest(_Strict):
     compute_configuration: ComputeConfiguration
     training_data_reference: TrainingDataReference | None = None
     training_results_reference: TrainingResultsReference | None = None
-    evaluation_metrics: list[EvaluationMetric] = Field(default_factory=list, max_length=32)
+    evaluation_metrics: EvaluationMetrics = Field(
+        default_factory=list,
+        description="Regexes applied to every log line (a list), or `{type: tensorboard}`: "
+        "the scalars of the TensorBoard event files under LOG_DIR.",
+    )
     max_runtime: int | None = Field(
         default=None,
         gt=0,
@@ -138,6 +184,11 @@ class Manifest(_Strict):
     @property
     def nodes(self) -> int:
         return self.compute_configuration.nodes
+
+    @property
+    def tensorboard_metrics(self) -> bool:
+        """Whether the metrics are read from TensorBoard event files (else from log lines)."""
+        return isinstance(self.evaluation_metrics, TensorBoardMetrics)
 
     def parameter_servers_in(self, catalog: Catalog) -> int:
         """How many learners (1..P) serve parameters, the framework as `catalog` has it."""
@@ -166,6 +217,13 @@ def parameter_server_count(distribution: str | None, nodes: int, requested: int 
     if not takes_parameter_servers(distribution, nodes):
         return 0
     return 1 if requested is None else requested
+
+
+def tensorboard_metrics(document: Mapping[str, Any]) -> bool:
+    """Whether a stored manifest (its canonical JSON document) reads its metrics from
+    TensorBoard event files (`evaluation_metrics: {type: tensorboard}`), not log lines."""
+    metrics = document.get("evaluation_metrics")
+    return isinstance(metrics, Mapping) and metrics.get("type") == "tensorboard"
 
 
 # Seed key -> (canonical parent, canonical key). Only the top level has aliases.
@@ -334,6 +392,8 @@ _PYDANTIC_MESSAGES = {
 
 
 def _pointer(loc: tuple[int | str, ...]) -> str:
+    if len(loc) > 1 and loc[0] == "evaluation_metrics" and loc[1] in _METRICS_TAGS:
+        loc = (loc[0], *loc[2:])
     return "/" + "/".join(str(part) for part in loc)
 
 
@@ -354,7 +414,11 @@ def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[Fi
         *_framework_errors(manifest.framework, framework, catalog),
         *_compute_errors(manifest, framework, distributed, catalog),
         *_parameter_server_errors(manifest.framework, framework, manifest.nodes),
-        *_metric_errors(manifest.evaluation_metrics),
+        *(
+            _metric_errors(manifest.evaluation_metrics)
+            if isinstance(manifest.evaluation_metrics, list)
+            else []
+        ),
         *_plan_errors(manifest.nodes, distributed, catalog, plan_name),
         *_runtime_errors(manifest.max_runtime, catalog, plan_name),
         *_retry_errors(manifest.retry_policy, catalog, plan_name),

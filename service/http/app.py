@@ -42,11 +42,13 @@ def install_common(
     *,
     fast_paths: Sequence[Any] = (),
     public_paths: Collection[str] = (),
+    public_prefixes: Collection[str] = (),
 ) -> None:
     """What every app of the platform has: its platform, the request gate (the caller's
     key, then each route's body cap, before a body is read), the problem+json error
     handlers, and `fast_paths`: middleware that answers some requests ahead of routing,
-    inside the gate. `public_paths` (and the app's docs) need no key."""
+    inside the gate. `public_paths` (and the app's docs), and every path under
+    `public_prefixes`, need no key."""
     app.state.platform = platform
     for middleware in fast_paths:
         app.add_middleware(middleware)
@@ -57,6 +59,7 @@ def install_common(
         platform=platform,
         limits=body_limits(platform),
         public_paths=public,
+        public_prefixes=public_prefixes,
     )
     install_problem_handlers(app)
     generate = app.openapi

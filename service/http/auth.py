@@ -1,6 +1,18 @@
-"""Who is calling: the API key of a request and the tenant it belongs to."""
+"""Who is calling: the API key of a request and the tenant it belongs to.
+
+A request carries its key in `Authorization: Bearer <key>` or, from the dashboard (/ui/),
+in its session cookie: the key sealed (Fernet) with a key derived from the platform's
+secret key, HttpOnly and SameSite=Strict, so the pages' scripts never hold the key. The
+header wins where both are sent. A state-changing request that the cookie authenticates
+must also carry the `X-DLaaS-CSRF` header and, where the browser names one, an Origin of
+this very site: a page of another site can make the browser send the cookie (SameSite
+stops that in current browsers), but can neither add a custom header without a CORS
+preflight this API never grants nor hide its Origin.
+"""
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from fastapi import Request
 
@@ -9,14 +21,72 @@ from service.auth import TenantRef, hash_api_key, keys_match
 from service.db import repository
 from service.errors import Forbidden, Unauthorized
 from service.platform import Platform
+from service.secrets import SecretsUnreadable
+
+SESSION_COOKIE = "dlaas_session"
+CSRF_HEADER = "X-DLaaS-CSRF"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def bearer_key(request: Request) -> str:
-    header = request.headers.get("authorization", "")
+def caller_key(request: Request) -> str:
+    """The request's API key: its Authorization header, else its session cookie."""
+    header = request.headers.get("authorization")
+    if header is None:
+        sealed = request.cookies.get(SESSION_COOKIE)
+        if sealed:
+            platform: Platform = request.app.state.platform
+            key = open_session(platform, sealed)
+            if request.method not in _SAFE_METHODS:
+                check_cookie_request(request)
+            return key
+        header = ""
+    return key_of_header(header)
+
+
+def key_of_header(header: str) -> str:
+    """The API key of an `Authorization: Bearer <key>` header (or gRPC metadata entry)."""
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
     return key.strip()
+
+
+def seal_session(platform: Platform, key: str) -> str:
+    """The session cookie's value for `key`."""
+    return platform.session_seal.encrypt(key)
+
+
+def open_session(platform: Platform, sealed: str) -> str:
+    """The key a session cookie holds; Unauthorized once it is older than
+    DLAAS_SESSION_MAX_AGE, or if it was not sealed by this platform."""
+    try:
+        return platform.session_seal.decrypt(sealed, ttl=platform.settings.session_max_age)
+    except SecretsUnreadable as e:
+        raise Unauthorized(
+            "the dashboard session has expired or is not valid; sign in again"
+        ) from e
+
+
+def same_origin(request: Request) -> bool:
+    """Whether the request's Origin (or, without one, its Referer) is this site; a request
+    that names neither is a client's, not a page's, and passes."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if source is None:
+        return True
+    host = request.headers.get("host", "")
+    return urlsplit(source).netloc.lower() == host.lower()
+
+
+def check_cookie_request(request: Request) -> None:
+    """Forbidden unless a state-changing request authenticated by the cookie comes from
+    this site's own pages (see the module's docstring)."""
+    if request.headers.get(CSRF_HEADER) != "1":
+        raise Forbidden(
+            f"a request authenticated by the dashboard's session cookie must send the "
+            f"{CSRF_HEADER}: 1 header; other clients send 'Authorization: Bearer <key>'"
+        )
+    if not same_origin(request):
+        raise Forbidden("a cross-site request with the dashboard's session cookie is refused")
 
 
 def authenticate(platform: Platform, key: str) -> TenantRef:

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.auth import hash_api_key, keys_match
 from service.db.session import DATABASE_UNAVAILABLE
 from service.errors import DlaasError, PayloadTooLarge
-from service.http.auth import authenticate, bearer_key
+from service.http.auth import authenticate, caller_key
 from service.http.problems import database_unavailable, dlaas_problem
 from service.platform import Platform
 
@@ -78,7 +78,8 @@ class RequestGate:
 
     Every path a route serves but `public_paths` needs a key: the admin key, or a tenant's
     key that `authenticate` knows (a cached key costs no thread; a new one is looked up in
-    a worker thread). Whether the key may do what the route does is still the route's
+    a worker thread). Paths under `public_prefixes` (the dashboard's pages, which ask for
+    a key themselves) need none. Whether the key may do what the route does is still the route's
     question (a tenant key on an admin route is a 403 there).
     """
 
@@ -88,18 +89,20 @@ class RequestGate:
         platform: Platform,
         limits: BodyLimits,
         public_paths: Collection[str] = (),
+        public_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
         self.platform = platform
         self.limits = limits
         self.public_paths = frozenset(public_paths)
+        self.public_prefixes = tuple(public_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if path not in self.public_paths:
+        if path not in self.public_paths and not path.startswith(self.public_prefixes):
             try:
                 await self._check_key(scope)
             except DlaasError as exc:
@@ -140,7 +143,7 @@ class RequestGate:
 
     async def _check_key(self, scope: Scope) -> None:
         """Raises Unauthorized unless the request carries a key of this platform."""
-        key = bearer_key(Request(scope))
+        key = caller_key(Request(scope))
         if self.platform.tenant_keys.get(hash_api_key(key)) is not None:
             return
         if keys_match(key, self.platform.admin_key):

@@ -9,9 +9,8 @@ under results/learner-<i>/training-log.txt, so logs outlive the learners.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 def iso_utc(ts: float) -> str:
@@ -26,8 +25,10 @@ class LogStoreUnavailable(Exception):
     names the store, never a password."""
 
 
-@dataclass(frozen=True)
-class LogRecord:
+class LogRecord(NamedTuple):
+    """One log line. A named tuple, not a dataclass: a learner printing as fast as it can
+    makes one per line, and a tuple is made in half the time of a frozen dataclass."""
+
     learner: int
     ts: float  # seconds since the epoch, when the wrapper read the line
     line: str  # without the trailing newline

@@ -98,7 +98,7 @@ def to_array(value: Any, info: TensorInfo, field: str, *, batch: bool) -> np.nda
             array = _number_array(value, info, field)
     except _Ragged as e:
         raise _ragged(value, info, field, batch=batch) from e
-    _check_shape(array, info, field, batch=batch)
+    check_shape(array, info, field, batch=batch)
     return array
 
 
@@ -187,7 +187,8 @@ def _to_bytes(value: Any) -> Any:
     raise TypeError('holds values that are neither strings nor {"b64": ...}')
 
 
-def _check_shape(array: np.ndarray, info: TensorInfo, field: str, *, batch: bool) -> None:
+def check_shape(array: np.ndarray, info: TensorInfo, field: str, *, batch: bool) -> None:
+    """InvalidPayload naming `field` unless `array` has `info`'s shape."""
     expected = info.shape
     if expected is None:
         return

@@ -28,7 +28,13 @@ import orjson
 
 from service.domain.deployments import SERVING_SIGNATURE
 from service.domain.signature import SignatureInfo
-from service.scoring.arrays import InvalidPayload, encode_answer, json_ready, to_array
+from service.scoring.arrays import (
+    InvalidPayload,
+    check_shape,
+    encode_answer,
+    json_ready,
+    to_array,
+)
 
 __all__ = [
     "InvalidPayload",
@@ -38,6 +44,8 @@ __all__ = [
     "encode_answer",
     "parse_request",
     "render",
+    "signature_of",
+    "tensors_request",
 ]
 
 _FORMS = ("instances", "inputs", "values")
@@ -110,6 +118,31 @@ def parse_request(
         else:
             tensors, rows = _wml_values(payload["values"], payload.get("fields"), signature)
     return ScoringRequest(form, signature, tensors, rows)
+
+
+def signature_of(name: str, signatures: Mapping[str, SignatureInfo]) -> SignatureInfo:
+    """The signature `name` (default serving_default when empty); InvalidPayload naming
+    /signature_name if the model has none such."""
+    return _signature(name or SERVING_SIGNATURE, signatures)
+
+
+def tensors_request(signature: SignatureInfo, tensors: dict[str, np.ndarray]) -> ScoringRequest:
+    """A request that comes as one array per input already (gRPC's PredictRequest.inputs,
+    the columnar form): checked for missing and unknown inputs, each input's shape and the
+    shared first dimension as the JSON forms are. Dtypes are the caller's to check."""
+    for name in tensors:
+        if name not in signature.inputs:
+            raise InvalidPayload(
+                f"/inputs/{name}",
+                f"is not an input of signature '{signature.name}' ({_input_names(signature)})",
+            )
+    for name, info in signature.inputs.items():
+        if name not in tensors:
+            raise InvalidPayload(f"/inputs/{name}", "is required")
+        check_shape(tensors[name], info, f"/inputs/{name}", batch=False)
+    return ScoringRequest(
+        PayloadForm.INPUTS, signature, tensors, _columnar_rows(tensors, signature)
+    )
 
 
 def render(request: ScoringRequest, outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -203,16 +236,22 @@ def _columnar(value: Any, signature: SignatureInfo) -> tuple[dict[str, np.ndarra
         if name not in columns:
             raise InvalidPayload(f"/inputs/{name}", "is required")
         tensors[name] = to_array(columns[name], info, f"/inputs/{name}", batch=False)
+    return tensors, _columnar_rows(tensors, signature)
+
+
+def _columnar_rows(tensors: Mapping[str, np.ndarray], signature: SignatureInfo) -> int:
+    """Instances in a columnar request: the inputs' shared first dimension (1 for a
+    signature without a batch dimension)."""
     if not signature.batchable:
-        return tensors, 1
+        return 1
     sizes = {name: t.shape[0] for name, t in tensors.items()}
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{n}: {s}" for n, s in sizes.items())
         raise InvalidPayload("/inputs", f"inputs must share their first dimension ({listed})")
-    rows = next(iter(sizes.values()))
+    rows: int = next(iter(sizes.values()))
     if rows == 0:
         raise InvalidPayload("/inputs", "is empty; send at least one instance")
-    return tensors, rows
+    return rows
 
 
 def _wml_values(

@@ -16,21 +16,18 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, FastAPI, Request, Response
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.auth import TenantRef, hash_api_key
 from service.db.session import DATABASE_UNAVAILABLE
-from service.deployments import scoring_target
-from service.domain.deployments import ScoringTarget
 from service.errors import DlaasError, ServiceUnavailable
-from service.http.auth import authenticate, bearer_key
+from service.http.auth import caller_key
 from service.http.problems import database_unavailable, dlaas_problem
 from service.platform import Platform
 from service.scoring.inputs import encode_answer
 from service.scoring.service import ScoringService
 
 _PATH = "/v1/deployments/{deployment_id}/predictions"
+_GRPC_GRACE_SECONDS = 3
 _FORWARDED_HEADERS = ("retry-after", "x-ratelimit-limit", "x-ratelimit-remaining")
 
 # The body is read raw (any content type, numbers parsed once); this documents it.
@@ -68,19 +65,6 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["deployments"])
 
 
-def _authorize(
-    request: Request, scoring: ScoringService, key_hash: str, deployment_id: str
-) -> tuple[TenantRef, ScoringTarget]:
-    """The caller and the READY deployment it asks for, from the database (in a worker
-    thread); remembered for the next requests (ScoringService.targets)."""
-    platform: Platform = request.app.state.platform
-    tenant = authenticate(platform, bearer_key(request))
-    with platform.sessions() as session:
-        target = scoring_target(session, tenant, deployment_id)
-    scoring.targets.put((key_hash, target.id), (tenant, target))
-    return tenant, target
-
-
 @router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
 async def create_prediction(deployment_id: str, request: Request) -> Response:
     """Score instances with the deployed model."""
@@ -94,11 +78,7 @@ async def predict(request: Request, deployment_id: str) -> Response:
     worker thread once the caller and the deployment are known."""
     scoring: ScoringService = request.app.state.scoring
     with scoring.arriving(deployment_id) as arrived:
-        key_hash = hash_api_key(bearer_key(request))
-        found = scoring.targets.get((key_hash, deployment_id))
-        if found is None:
-            found = await run_in_threadpool(_authorize, request, scoring, key_hash, deployment_id)
-        tenant, target = found
+        tenant, target = await scoring.caller(caller_key(request), deployment_id)
         body = await request.body()
         answer, decision = await scoring.predict(tenant, target, body, arrived)
     return Response(
@@ -149,7 +129,9 @@ proxy_router = APIRouter(tags=["deployments"])
 async def create_prediction_forwarded(deployment_id: str, request: Request) -> Response:
     """Score instances with the deployed model (answered by the scoring service)."""
     client: httpx.AsyncClient = request.app.state.scoring_client
-    headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
+    headers = {k: v for k, v in request.headers.items() if k == "content-type"}
+    # The caller's key, whether it came as a header or in the dashboard's session cookie.
+    headers["authorization"] = f"Bearer {caller_key(request)}"
     try:
         upstream = await client.post(
             _PATH.format(deployment_id=quote(deployment_id, safe="")),
@@ -176,7 +158,9 @@ def predictions_router(platform: Platform, *, local: bool = False) -> APIRouter:
 
 @asynccontextmanager
 async def serving(app: FastAPI, platform: Platform, *, local: bool = False) -> AsyncIterator[None]:
-    """Start scoring in this process, or the client of the separate scoring service."""
+    """Start scoring in this process, with TensorFlow Serving's gRPC API on
+    DLAAS_SCORING_GRPC_PORT when set (its port in `app.state.grpc_port`), or the client of
+    the separate scoring service."""
     url = platform.settings.scoring_url
     if url and not local:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
@@ -186,7 +170,15 @@ async def serving(app: FastAPI, platform: Platform, *, local: bool = False) -> A
     scoring = ScoringService(platform)
     app.state.scoring = scoring
     scoring.start()
+    grpc_server = None
     try:
+        if platform.settings.scoring_grpc_port is not None:
+            from service.scoring.grpc_api import start_server
+
+            grpc_server, app.state.grpc_port = await start_server(scoring, platform.settings)
         yield
     finally:
+        if grpc_server is not None:
+            # Calls under way get a few seconds to finish; new ones are refused at once.
+            await grpc_server.stop(_GRPC_GRACE_SECONDS)
         await scoring.stop()

@@ -24,8 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from service.auth import TenantRef
+import numpy as np
+
+from service.auth import TenantRef, hash_api_key
 from service.db import repository
+from service.deployments import scoring_target
 from service.domain.deployments import (
     DEPLOYMENT_RULE,
     SERVING_SIGNATURE,
@@ -41,6 +44,7 @@ from service.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
+from service.http.auth import authenticate
 from service.platform import Platform
 from service.scoring.batching import ModelUnloaded, Tensors
 from service.scoring.cache import BatchingConfig, ModelCache, fetch_tree, upload_tree
@@ -265,6 +269,26 @@ class ScoringService:
         with served.arrivals.coming() as arrived:
             yield arrived
 
+    async def caller(self, key: str, deployment_id: str) -> tuple[TenantRef, ScoringTarget]:
+        """The tenant whose API key `key` is and its READY deployment `deployment_id`:
+        remembered (`targets`), or asked of the database in a worker thread. Raises what
+        the REST and gRPC answers both render (401, 403, 404, 409)."""
+        key_hash = hash_api_key(key)
+        found = self.targets.get((key_hash, deployment_id))
+        if found is None:
+            found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id)
+        return found
+
+    def _authorize(
+        self, key: str, key_hash: str, deployment_id: str
+    ) -> tuple[TenantRef, ScoringTarget]:
+        tenant = authenticate(self.platform, key)
+        with self.platform.sessions() as session:
+            target = scoring_target(session, tenant, deployment_id)
+        found = (tenant, target)
+        self.targets.put((key_hash, target.id), found)
+        return found
+
     async def predict(
         self,
         tenant: TenantRef,
@@ -274,6 +298,18 @@ class ScoringService:
     ) -> tuple[dict[str, Any], RateDecision]:
         """The answer to a prediction request, and the rate limit it was counted against."""
         request = parse_request(decode_body(body), target.signatures)
+        outputs, decision = await self.score(tenant, request, target, arrived)
+        return render(request, outputs), decision
+
+    async def score(
+        self,
+        tenant: TenantRef,
+        request: ScoringRequest,
+        target: ScoringTarget,
+        arrived: Callable[[], None] | None = None,
+    ) -> tuple[dict[str, np.ndarray], RateDecision]:
+        """The model's outputs for a checked request, within the tenant's rate limit (the
+        one path of REST and gRPC predictions), and the limit it was counted against."""
         limit = self.plan_limit(tenant)
         if request.rows > limit:
             field = f"/{request.form}"
@@ -291,11 +327,11 @@ class ScoringService:
                 retry_after=decision.retry_after,
             )
         outputs = await self._call(target, request, arrived or _nothing)
-        return render(request, outputs), decision
+        return outputs, decision
 
     async def _call(
         self, target: ScoringTarget, request: ScoringRequest, arrived: Callable[[], None]
-    ) -> dict[str, Any]:
+    ) -> dict[str, np.ndarray]:
         gone = NotFound(f"deployment {target.id} not found")
         served = self.cache.cached(target.id)
         if served is None:

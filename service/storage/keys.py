@@ -6,6 +6,8 @@ The platform's store:
     trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable
     trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
+    trainings/<id>/metrics/learner-<i>/tensorboard.json   the scalars of learner i's
+                                                   TensorBoard event files, as metric points
     trainings/<id>/checkpoints/attempt-<n>/...     CHECKPOINT_DIR as attempt n left it
                                                    (learner-<i>/... for learners with one each)
     deployments/<id>/model/...                     the deployed copy of the SavedModel
@@ -46,6 +48,17 @@ def saved_model_prefix(training_id: str) -> str:
 
 def saved_model_key(training_id: str) -> str:
     return f"{results_prefix(training_id)}{SAVED_MODEL_FILE}"
+
+
+def metrics_prefix(training_id: str) -> str:
+    """The metric points learners read from their event files: apart from the results,
+    which hold RESULT_DIR, so no file of the user's can stand in for them."""
+    return f"{training_prefix(training_id)}metrics/"
+
+
+def tensorboard_metrics_key(training_id: str, learner_id: int) -> str:
+    """Learner i's scalars from its TensorBoard event files (worker.learner.logdir)."""
+    return f"{metrics_prefix(training_id)}learner-{learner_id}/tensorboard.json"
 
 
 def checkpoints_prefix(training_id: str) -> str:

@@ -6,6 +6,8 @@ tests/api/test_live_server.py."""
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,8 +21,9 @@ from service.db.models import Training
 from service.domain.states import TrainingState
 from service.logs.base import LogRecord
 from service.platform import Platform
+from service.storage import keys
 from service.trainings import record_transition
-from tests.conftest import create_tenant, submit
+from tests.conftest import create_tenant, manifest_yaml, submit
 
 
 def _app(client: TestClient) -> FastAPI:
@@ -199,3 +202,54 @@ def test_metrics_of_a_regex_re2_refuses_are_a_409_naming_it(
     r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
     assert r.status_code == 409, r.text
     assert [e["field"] for e in r.json()["errors"]] == ["/evaluation_metrics/1/regex"]
+
+
+def _put_document(platform: Platform, training_id: str, learner: int, data: bytes) -> None:
+    key = keys.tensorboard_metrics_key(training_id, learner)
+    platform.store.put_stream(key, io.BytesIO(data), len(data))
+
+
+def test_tensorboard_metrics_are_every_learners_stored_scalars_in_time_order(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    manifest = manifest_yaml(
+        compute_configuration={"name": "P100", "nodes": 2},
+        evaluation_metrics={"type": "tensorboard", "in": "$JOB_STATE_DIR/logs/tb"},
+    )
+    r = submit(client, tenant, manifest)
+    assert r.status_code == 201, r.text
+    training_id = r.json()["id"]
+    with platform.sessions() as session:
+        row = session.get(Training, training_id)
+        assert row is not None
+        assert row.manifest["evaluation_metrics"] == {
+            "type": "tensorboard",
+            "in": "$JOB_STATE_DIR/logs/tb",
+        }
+    # No learner has stored any yet.
+    r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
+    assert r.status_code == 200 and r.json() == {}
+
+    t0 = 1_700_000_000.0
+    doc = {"format": 1, "learner": 1, "truncated": False}
+    first = {"train/loss": [[0, t0, 1.0], [1, t0 + 2, 0.5]], "lr": [[0, t0, 0.1]]}
+    second = {"train/loss": [[0, t0 + 1, 0.9]]}
+    _put_document(platform, training_id, 1, json.dumps({**doc, "metrics": first}).encode())
+    _put_document(platform, training_id, 2, json.dumps({**doc, "metrics": second}).encode())
+    r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "lr": [{"value": 0.1, "learner": 1, "timestamp": "2023-11-14T22:13:20.000Z", "step": 0}],
+        "train/loss": [
+            {"value": 1.0, "learner": 1, "timestamp": "2023-11-14T22:13:20.000Z", "step": 0},
+            {"value": 0.9, "learner": 2, "timestamp": "2023-11-14T22:13:21.000Z", "step": 0},
+            {"value": 0.5, "learner": 1, "timestamp": "2023-11-14T22:13:22.000Z", "step": 1},
+        ],
+    }
+
+    # A document that is not one a learner writes is a 409 naming the learner, not a 500.
+    _put_document(platform, training_id, 2, b'{"format": 1, "metrics": {"x": [[1]]}}')
+    r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert [e["field"] for e in r.json()["errors"]] == ["learner-2"]

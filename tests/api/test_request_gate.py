@@ -150,12 +150,12 @@ def test_a_prediction_the_database_cannot_serve_is_a_503_problem(
     it looks up the deployment is its 503 too, never a 500."""
     from sqlalchemy.exc import OperationalError
 
-    import service.scoring.predictions as predictions
+    import service.scoring.service as scoring_service
 
     def down(*args: object) -> object:
         raise OperationalError("SELECT", {}, Exception("the database system is shutting down"))
 
-    monkeypatch.setattr(predictions, "scoring_target", down)
+    monkeypatch.setattr(scoring_service, "scoring_target", down)
     r = client.post("/v1/deployments/d1/predictions", json={"instances": [[1.0]]}, headers=tenant)
     assert r.status_code == 503, r.text
     assert r.headers["content-type"] == "application/problem+json"

@@ -169,7 +169,20 @@ def test_the_monitor_finds_queued_active_and_deletable_trainings(
     deleted.delete_requested_at = utcnow()
     session.commit()
 
-    assert [t.id for t in repository.queued_trainings(session)] == [queued.id]
+    assert [c.training_id for c in repository.queued_candidates(session)] == [queued.id]
+    assert repository.queued_candidates(session)[0].nodes == queued.nodes
+    everyone = {queued.id, pending.id, running.id, ended.id, deleted.id}
+    assert [t.id for t in repository.queued_trainings_among(session, everyone)] == [queued.id]
+    assert repository.queued_trainings_among(session, set()) == []
+    ended.results_bytes = 1000
+    session.commit()
+    for tenant in (acme, other):
+        assert repository.tenant_queued_and_stored(session, tenant.id) == (
+            repository.tenant_training_count(session, tenant.id, TrainingState.QUEUED),
+            repository.tenant_stored_bytes(session, tenant.id),
+        )
+    assert repository.tenant_queued_and_stored(session, acme.id)[0] == 1
+    assert repository.tenant_queued_and_stored(session, "nobody") == (0, 0)
     assert [t.id for t in repository.active_trainings(session)] == [
         pending.id,
         running.id,

@@ -4,17 +4,21 @@ its own typer context, so one command's --json never decides how the next one re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import typer
 
 from dlaas import cli
 from dlaas.cli import app
 from dlaas.client import Client
 from service.domain.catalog import DEFAULT_CATALOG
 from tests.client.conftest import SyncASGITransport
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_KEY, CODE_ZIP, manifest_yaml
 
 UNREACHABLE = "http://127.0.0.1:9"
 
@@ -92,7 +96,7 @@ def test_tenants_keys_create_list_and_revoke(capsys: pytest.CaptureFixture[str])
     assert code == 0 and created["api_key"].startswith(created["prefix"])
 
     code, out, _ = run(capsys, "tenants", "keys", "list", tenant["id"], *admin, "--json")
-    listed = json.loads(out)
+    listed = json.loads(out)["items"]
     assert code == 0 and len(listed) == 3
     assert all(set(k) == {"id", "prefix", "created", "last_used", "revoked"} for k in listed)
     first = listed[0]
@@ -123,7 +127,7 @@ def test_a_tenant_manages_its_own_keys_with_its_own_key(
     assert code == 0
     new = json.loads(out)
     code, out, _ = run(capsys, *as_me, "tenants", "keys", "list", mine["id"], "--json")
-    assert code == 0 and [k["id"] for k in json.loads(out)][-1] == new["id"]
+    assert code == 0 and [k["id"] for k in json.loads(out)["items"]][-1] == new["id"]
     # Another tenant's keys are not found, in words and, with --json, as the problem.
     code, out, err = run(capsys, *as_me, "tenants", "keys", "list", other["id"])
     assert code == 1 and out == "" and "Not found (HTTP 404)" in err
@@ -207,3 +211,215 @@ def test_show_prints_the_attempt_and_every_attempt_before_it(
     assert "2 LOST -" in lines and "1 HALTED -15 (SIGTERM)" in lines
     # The history says which attempt each entry belongs to.
     assert any(line.endswith("2 PENDING retrying") for line in lines)
+
+
+# -- what people read: lists on 80 columns, signatures, help; --json as the API answers ----
+
+
+def served(monkeypatch: pytest.MonkeyPatch, documents: dict[str, Any]) -> None:
+    """The CLI's clients get `documents[path]` as the API's JSON answer to each GET, on an
+    80-column terminal."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=documents[request.url.path])
+
+    def client(url: str | None = None, api_key: str | None = None) -> Client:
+        return Client("http://dlaas.test", api_key or "key", transport=httpx.MockTransport(answer))
+
+    monkeypatch.setattr(cli, "Client", client)
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def training_document(
+    training_id: str, name: str, status: str, framework: str, created: datetime
+) -> dict[str, Any]:
+    return {
+        "id": training_id,
+        "name": name,
+        "status": status,
+        "status_message": None,
+        "framework": {"name": framework, "version": "2.21"},
+        "compute_configuration": {"name": "P100", "nodes": 16},
+        "learners": [],
+        "status_history": [],
+        "created_at": created.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def test_list_fits_80_columns_one_line_a_training(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    rows = [  # id, name, status, framework, created ago, shown age
+        (
+            "k019qs1uj4ue",
+            "a" * 70,
+            "DOWNLOADING",
+            "tensorflow-horovod",
+            timedelta(days=412),
+            "412d",
+        ),
+        (
+            "etjgs5j8avsg",
+            "mnist-" + "x" * 40,
+            "COMPLETED",
+            "tensorflow-ddl",
+            timedelta(hours=5),
+            "5h",
+        ),
+        ("zo7masqczqub", "short", "QUEUED", "tensorflow", timedelta(seconds=42), "42s"),
+    ]
+    page = {
+        "items": [training_document(*row[:4], now - row[4]) for row in rows],
+        "next_cursor": None,
+    }
+    served(monkeypatch, {"/v1/trainings": page})
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    assert len(lines) == 1 + len(rows), out  # no row wrapped onto a second line
+    assert lines[0].split() == ["ID", "NAME", "STATUS", "FRAMEWORK", "NODES", "AGE"]
+    for line, (training_id, _, status, framework, _, age) in zip(lines[1:], rows, strict=True):
+        assert line.startswith(training_id + " ")
+        assert f" {status} " in line and f" {framework} 2.21 " in line  # never cut
+        assert line.split()[-2:] == ["16", age]
+    assert "…" in lines[1] and " short " in lines[3]  # a long name is cut, with an ellipsis
+
+
+@pytest.mark.parametrize(
+    ("ago", "shown"),
+    [
+        (timedelta(seconds=0), "0s"),
+        (timedelta(seconds=59), "59s"),
+        (timedelta(seconds=60), "1m"),
+        (timedelta(minutes=119), "119m"),
+        (timedelta(hours=2), "2h"),
+        (timedelta(hours=47), "47h"),
+        (timedelta(days=2), "2d"),
+        (timedelta(days=999), "999d"),
+        (timedelta(seconds=-5), "0s"),  # a clock a little ahead of ours
+    ],
+)
+def test_ages_are_short(ago: timedelta, shown: str) -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert cli._age(now - ago, now) == shown
+    assert cli._age(None, now) == "-"
+
+
+def test_deployments_show_prints_the_signature(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the README's deployment answer: x float32 [null, 2] -> y float32 [null, 1]."""
+    serving = {
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [None, 2]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [None, 1]}],
+    }
+    tokens = {
+        "inputs": [{"name": "ids", "dtype": "int64", "shape": None}],
+        "outputs": [{"name": "scores", "dtype": "float32", "shape": [None]}],
+    }
+    document = {
+        "id": "d1",
+        "name": "linear",
+        "training_id": "t1",
+        "status": "READY",
+        "status_message": None,
+        "signature": serving,
+        "signatures": {"serving_default": serving, "tokens": tokens},
+        "predictions_url": "/v1/deployments/d1/predictions",
+        "created_at": "2026-11-24T12:00:00Z",
+        "updated_at": "2026-11-24T12:00:20Z",
+        "ready_at": "2026-11-24T12:00:20Z",
+    }
+    served(monkeypatch, {"/v1/deployments/d1": document})
+    code, out, _ = run(capsys, "deployments", "show", "d1")
+    assert code == 0
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert "Deployment d1 (linear) of training t1: READY" in lines
+    assert "Signature serving_default" in lines
+    assert "NAME DTYPE SHAPE" in lines
+    assert "input x float32 (None, 2)" in lines
+    assert "output y float32 (None, 1)" in lines
+    assert any(line.startswith("Other signatures") and line.endswith("tokens") for line in lines)
+
+    code, out, _ = run(capsys, "deployments", "show", "d1", "--json")
+    assert code == 0 and json.loads(out) == document
+
+
+def every_command(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    for name, command in getattr(group, "commands", {}).items():
+        yield from every_command(command, (*path, name))
+
+
+@pytest.mark.parametrize(
+    "path", list(every_command(typer.main.get_command(app))), ids=lambda p: " ".join(p) or "dlaas"
+)
+def test_help_names_arguments_without_braces(
+    capsys: pytest.CaptureFixture[str], path: tuple[str, ...]
+) -> None:
+    code, out, _ = run(capsys, *path, "--help")
+    assert code == 0 and out.startswith(f"Usage: dlaas {' '.join(path)}".rstrip() + " ")
+    assert "{" not in out and "}" not in out, out
+
+
+def test_usage_lines_name_each_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    usage = {
+        ("train",): "Usage: dlaas train [OPTIONS] MANIFEST CODE",
+        ("download",): "Usage: dlaas download [OPTIONS] ID [DEST]",
+        ("runtimes", "install"): "Usage: dlaas runtimes install [OPTIONS] [NAME]...",
+        (
+            "tenants",
+            "keys",
+            "revoke",
+        ): "Usage: dlaas tenants keys revoke [OPTIONS] TENANT_ID KEY_ID",
+    }
+    for path, line in usage.items():
+        code, out, _ = run(capsys, *path, "--help")
+        assert code == 0 and out.splitlines()[0] == line
+
+
+@pytest.mark.usefixtures("against_app")
+def test_json_lists_are_the_api_answers(
+    capsys: pytest.CaptureFixture[str], transport: SyncASGITransport, tmp_path: Path
+) -> None:
+    tenant = new_tenant(capsys, "lists")
+    key = ("--api-key", tenant["api_key"])
+    code_zip = tmp_path / "code.zip"
+    code_zip.write_bytes(CODE_ZIP)
+    for name in ("first", "second", "third"):
+        manifest = tmp_path / f"{name}.yaml"
+        manifest.write_text(manifest_yaml(name=name))
+        code, _, _ = run(capsys, *key, "train", str(manifest), str(code_zip), "--json")
+        assert code == 0
+
+    def api(path: str, api_key: str, **params: Any) -> Any:
+        with Client("http://dlaas.test", api_key, transport=transport) as client:
+            return client._json("GET", path, params=params)
+
+    code, out, _ = run(capsys, *key, "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and listed == api("/v1/trainings", tenant["api_key"])
+    assert set(listed) == {"items", "next_cursor"} and listed["next_cursor"] is None
+    assert [t["name"] for t in listed["items"]] == ["third", "second", "first"]
+
+    # A page at a time: next_cursor goes on where --limit stopped.
+    code, out, _ = run(capsys, *key, "list", "--limit", "2", "--json")
+    first = json.loads(out)
+    assert code == 0 and first == api("/v1/trainings", tenant["api_key"], limit=2)
+    assert [t["name"] for t in first["items"]] == ["third", "second"] and first["next_cursor"]
+    code, out, _ = run(capsys, *key, "list", "--cursor", first["next_cursor"], "--json")
+    rest = json.loads(out)
+    assert code == 0 and [t["name"] for t in rest["items"]] == ["first"]
+    assert rest["next_cursor"] is None
+
+    code, out, _ = run(capsys, *key, "deployments", "list", "--json")
+    assert code == 0 and json.loads(out) == api("/v1/deployments", tenant["api_key"])
+    admin = ("--admin-key", ADMIN_KEY)
+    code, out, _ = run(capsys, "tenants", "list", *admin, "--json")
+    assert code == 0 and json.loads(out) == api("/v1/tenants", ADMIN_KEY)
+    code, out, _ = run(capsys, "tenants", "keys", "list", tenant["id"], *admin, "--json")
+    keys = json.loads(out)
+    assert code == 0 and keys == api(f"/v1/tenants/{tenant['id']}/keys", ADMIN_KEY)
+    assert set(keys) == {"items"} and len(keys["items"]) == 1

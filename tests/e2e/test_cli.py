@@ -82,7 +82,8 @@ def test_train_logs_show_download_list(up: Up, tmp_path: Path) -> None:
     assert "learner-1/training-log.txt" in as_json["files"]
 
     listed = json.loads(ok(dlaas(up, "list", "--json")).stdout)
-    assert training_id in [t["id"] for t in listed]
+    assert listed["next_cursor"] is None
+    assert training_id in [t["id"] for t in listed["items"]]
     assert training_id in ok(dlaas(up, "list")).stdout
 
     metrics = json.loads(ok(dlaas(up, "metrics", training_id, "--json")).stdout)
@@ -184,6 +185,14 @@ def test_tenants_deploy_and_predict(up: Up, tmp_path: Path) -> None:
     bad = dlaas(up, "predict", deployment["id"], "--input", "-", stdin='{"nope": 1}')
     assert bad.returncode == 2 and "instances" in bad.stderr
 
+    shown = [
+        " ".join(line.split())
+        for line in ok(dlaas(up, "deployments", "show", deployment["id"])).stdout.splitlines()
+    ]
+    assert "Signature serving_default" in shown
+    assert "input x float32 (None, 2)" in shown and "output y float32 (None, 1)" in shown
+    listed = json.loads(ok(dlaas(up, "deployments", "list", "--json")).stdout)
+    assert [d["id"] for d in listed["items"]] == [deployment["id"]]
     assert deployment["id"] in ok(dlaas(up, "deployments", "list")).stdout
     ok(dlaas(up, "deployments", "delete", deployment["id"]))
     gone = dlaas(up, "deployments", "show", deployment["id"])

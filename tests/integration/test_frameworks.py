@@ -104,3 +104,36 @@ def test_mpi_ranks_span_two_learner_hosts(
     assert re.search(rf"rank=0 size=2 host={prefix}-1 learner=1", logs)
     assert re.search(rf"rank=1 size=2 host={prefix}-2 learner=2", logs)
     assert ("DDL_OPTIONS=" in logs) is (framework == "tensorflow-ddl")
+
+
+@pytest.mark.parametrize("framework", ["tensorflow-horovod"])
+def test_each_learner_logs_its_own_ranks_once(
+    live: LivePlatform, framework: str, mpi_runtime: RuntimeInfo, tmp_path: Path
+) -> None:
+    """mpirun forwards every rank's output to the launcher (learner 1): each TensorFlow
+    start-up notice showed there once per rank. Each rank's output is its learner's."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "notice.py").write_text(
+        "import os\n"
+        "import tensorflow as tf\n"
+        "rank = os.environ['OMPI_COMM_WORLD_RANK']\n"
+        "print(f'rank={rank} tensorflow={tf.__version__}', flush=True)\n"
+    )
+    t = live.submit(manifest(framework, "python3 notice.py", 2), code)
+    done = live.wait_for(t["id"], {"COMPLETED", "FAILED"})
+    logs = live.logs(t["id"])
+    assert done["status"] == "COMPLETED", (done, logs[-3000:])
+    by_learner: dict[int, list[str]] = {1: [], 2: []}
+    for line in logs.splitlines():
+        found = re.match(r"\S+ \[learner (\d)\] (.*)", line)
+        assert found, line
+        by_learner[int(found.group(1))].append(found.group(2))
+    for learner in (1, 2):
+        lines = by_learner[learner]
+        ranks = [line for line in lines if line.startswith("rank=")]
+        assert len(ranks) == 1 and ranks[0].startswith(f"rank={learner - 1} "), lines
+        # The notice, where this CPU prompts it, once: this learner's one rank's.
+        assert sum("cpu_feature_guard" in line for line in lines) <= 1, lines
+    notices = [sum("cpu_feature_guard" in line for line in by_learner[i]) for i in (1, 2)]
+    assert notices[0] == notices[1], by_learner

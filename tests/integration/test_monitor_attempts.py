@@ -51,6 +51,9 @@ class Learners:
     def unsandboxed_reason(self) -> str | None:
         return None
 
+    def changed(self) -> set[str] | None:
+        return None
+
     def held(self) -> list[str]:
         return []
 

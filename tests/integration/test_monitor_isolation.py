@@ -220,6 +220,9 @@ class ScriptedBackend:
     def cleanup(self, training_id: str) -> None:
         pass
 
+    def changed(self) -> set[str] | None:
+        return None
+
     def held(self) -> list[str]:
         return []
 

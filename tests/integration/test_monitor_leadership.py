@@ -31,6 +31,9 @@ class Idle:
 
     def stop(self, training_id: str) -> None: ...
     def cleanup(self, training_id: str) -> None: ...
+    def changed(self) -> set[str] | None:
+        return None
+
     def held(self) -> list[str]:
         return []
 

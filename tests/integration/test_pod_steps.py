@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from service.domain.metrics import parse_tensorboard_document
 from service.domain.records import Secret
 from service.logs.base import LogRecord
 from service.logs.config import LogSinkConfig
@@ -49,6 +50,22 @@ ARCHIVE_KEY = "trainings/{}/model_definition.zip"
 PREFIX = "trainings/{}/results/"
 
 SCRIPTS = {
+    "tb.py": """
+        import os, time
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        writer = EventFileWriter(os.path.join(os.environ["LOG_DIR"], "train"))
+        def scalar(step):
+            summary = scalar_pb("loss", 1 / (step + 1))
+            writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+            writer.flush()
+        scalar(0)
+        while not os.path.exists("go"):  # the test says go once it saw step 0 stored
+            time.sleep(0.05)
+        scalar(1)
+        writer.close()
+    """,
     "train.py": """
         import os, sys
         print("hello from learner", os.environ["LEARNER_ID"], flush=True)
@@ -891,3 +908,36 @@ def test_the_steps_work_within_the_training_s_scoped_credentials(
         other.write(pod.spec_path)
         assert pod.fetch().returncode == 2
         assert "refused access" in pod.termination("fetch").read_text()
+
+
+def test_the_agent_syncs_log_dir_and_tensorboard_scalars_while_the_command_runs(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore
+) -> None:
+    pod = Pod(tmp_path, stdlib_path, log_dir_sync_seconds=0.2, tensorboard_metrics=True)
+    metrics_key = keys.tensorboard_metrics_key(pod.training_id, 1)
+
+    def steps() -> list[int]:
+        if pod.store.stat(metrics_key) is None:
+            return []
+        with pod.store.open(metrics_key) as f:
+            return [p.step for p in parse_tensorboard_document(f.read())["train/loss"]]
+
+    try:
+        assert pod.fetch().returncode == 0
+        pod.start_agent()
+        runner = pod.start_run(pod.script("tb.py"))
+        deadline = time.monotonic() + 60
+        while steps() != [0]:
+            assert runner.poll() is None and time.monotonic() < deadline, runner.stderr
+            time.sleep(0.05)
+        # While the command runs: its event file is in the results, its step 0 a metric.
+        stored = pod.keys()
+        assert any(k.startswith(f"{pod.prefix}learner-1/logs/train/") for k in stored)
+        (Path(pod.dirs["MODEL_DIR"]) / "go").touch()
+        _, err = runner.communicate(timeout=60)
+        assert runner.returncode == 0, err.decode(errors="replace")
+        assert steps() == [0, 1]  # the agent's last pass, before it stored
+        assert pod.stop_agent() == 0
+    finally:
+        pod.kill()
+        redis_logs.delete(pod.training_id)

@@ -371,6 +371,9 @@ class _Downloading:
             learners=(LearnerObservation(1, "DOWNLOADING", None, self.message),), primaries=(1,)
         )
 
+    def changed(self) -> set[str] | None:
+        return None
+
     def held(self) -> list[str]:
         return []
 

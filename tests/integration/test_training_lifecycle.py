@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.conftest import zip_of
 from tests.integration.platform_harness import (
     EXAMPLES,
     LivePlatform,
@@ -236,6 +237,45 @@ def test_logs_follow_and_metrics(live: LivePlatform) -> None:
     assert {p["learner"] for p in metrics["loss"]} == {1}
     only_2 = live.logs(t["id"], learner=2)
     assert only_2 == ""
+
+
+FAST_PRINTER = """
+import sys
+text = "x" * 90
+for i in range(int(sys.argv[1])):
+    print(f"{i:08d} {text}")
+"""
+
+
+def test_a_follower_sees_every_line_of_a_learner_printing_as_fast_as_it_can(
+    live: LivePlatform,
+) -> None:
+    """100,000 lines, one write each (learners run with PYTHONUNBUFFERED), followed from
+    the start: the follower gets them all, in order, and so does a paged read afterwards
+    (what benchmarks/log_throughput.py relies on), on the file and the Redis log store."""
+    lines = 100_000
+    t = live.submit(manifest(f"python3 printer.py {lines}"), zip_of({"printer.py": FAST_PRINTER}))
+    expected = [f"{i:08d} {'x' * 90}" for i in range(lines)]
+    with live.client.stream(
+        "GET", f"/v1/trainings/{t['id']}/logs", params={"follow": "true"}, headers=live.headers
+    ) as r:
+        assert r.status_code == 200
+        followed = [line.split(" ", 3)[3] for line in r.iter_lines() if line]
+    assert live.get(t["id"])["status"] == "COMPLETED"
+    assert followed == expected
+    paged: list[str] = []
+    cursor: str | None = None
+    while True:
+        r = live.client.get(
+            f"/v1/trainings/{t['id']}/logs",
+            params={"cursor": cursor} if cursor else {},
+            headers=live.headers,
+        )
+        paged += [line.split(" ", 3)[3] for line in r.text.splitlines()]
+        cursor = r.headers.get("X-Next-Cursor")
+        if not r.text or not cursor:
+            break
+    assert paged == expected
 
 
 def test_monitor_killed_mid_training_is_recovered(tmp_path: Path, database_url: str) -> None:

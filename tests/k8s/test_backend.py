@@ -379,6 +379,46 @@ def test_the_watch_lists_again_when_its_version_is_gone(
     eventually(lambda: phases(backend) == ["RUNNING"])
 
 
+def test_changed_names_the_trainings_whose_pods_changed_since_it_was_last_asked(
+    backend: KubernetesBackend,
+    core: client.CoreV1Api,
+    k8s_apiserver: RunningApiserver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What lets the monitor reconcile only what changed between its full passes; None
+    (reconcile everything) whenever the watch may have missed something."""
+    monkeypatch.setattr(pod_watch, "WATCH_SECONDS", 1)
+    assert backend.changed() is None  # no watch yet
+    backend.start(request(nodes=1))
+    assert backend.changed() is None  # the first list: anything may have changed before
+    kubelet(core, f"{PREFIX}-1", "Running", ended(0), RUN, RUN)
+    assert eventually(backend.changed) == {TRAINING}
+    assert backend.changed() == set()  # asked again: nothing new
+
+    # A pod of a training this backend never started nor observed: it cannot say whose.
+    core.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "metadata": {"name": "foreign", "labels": {"dlaas.io/training-id": "foreign"}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    eventually(lambda: backend.watch.pods("foreign"))
+    assert backend.changed() is None
+    backend.observe("foreign")
+    core.patch_namespaced_pod_status("foreign", NAMESPACE, {"status": {"phase": "Running"}})
+    assert eventually(backend.changed) == {"foreign"}
+
+    # After a list (the watch's version expired), anything may have changed unseen.
+    core.create_namespaced_pod(
+        NAMESPACE,
+        {"metadata": {"name": "other"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+    )
+    k8s_apiserver.compact()
+    eventually(lambda: backend.watch.lists >= 2, timeout=10)
+    assert backend.changed() is None
+
+
 # -- stop, cleanup, restart ------------------------------------------------------------------
 
 

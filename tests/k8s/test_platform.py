@@ -10,6 +10,7 @@ import base64
 import json
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from fastapi.testclient import TestClient
 from kubernetes import client
 
 from service.db import repository
-from service.dispatch import LAUNCH
+from service.db.models import utcnow
+from service.dispatch import LAUNCH, STOP
 from service.domain.catalog import GPU_PRODUCT_LABEL, P100_PRODUCT
 from service.platform import Platform
 from service.settings import Settings
@@ -29,6 +31,7 @@ from tests.k8s.kubelet import RUN, WAIT, ended, kubelet
 from tests.k8s_emulator import RunningApiserver
 from tests.manifest_cases import base
 from worker import execution
+from worker import monitor as monitor_module
 from worker.backends import make_backend
 from worker.backends.kubernetes.backend import KubernetesBackend
 from worker.launchers.plan import learner_name_prefix
@@ -258,5 +261,77 @@ def test_the_pod_log_of_a_learner_whose_fetch_failed_is_in_the_trainings_logs(
             "[learner 1] [dlaas] the pod log of its fetch container:",
             f"[learner 1] {reason}",
         ]
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+
+
+def test_between_full_passes_the_monitor_reconciles_only_what_changed(
+    client: TestClient,
+    platform: Platform,
+    settings: Settings,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pod watch says which trainings changed: a pass between two full ones observes
+    those, and those written since the last pass (a stop request), not every training; a
+    full pass (every DLAAS_MONITOR_FULL_PASS_SECONDS) observes them all again."""
+    monkeypatch.setattr(monitor_module, "TOUCHED_MARGIN", timedelta(0))  # one clock here
+    outbox = Outbox()
+    monkeypatch.setattr(platform, "dispatcher", outbox)
+    backend = make_backend(settings)
+    assert isinstance(backend, KubernetesBackend)
+    try:
+        headers = create_tenant(client, "acme")
+        ids = []
+        for i in range(3):
+            r = submit(client, headers, json.dumps(base(name=f"t{i}")))
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        monitor = Monitor(platform, backend)
+        monitor.tick()  # the first pass is a full one: all three admitted
+        for tid in ids:
+            execution.launch(platform, backend, tid)
+            kubelet(core, f"{learner_name_prefix(tid)}-1", "Running", ended(0), RUN, RUN)
+        until(lambda: all(backend.observe(t).learners[0].phase == "RUNNING" for t in ids))  # type: ignore[union-attr]
+
+        observed: list[str] = []
+        observe = backend.observe
+
+        def counted(training_id: str) -> Any:
+            observed.append(training_id)
+            return observe(training_id)
+
+        monkeypatch.setattr(backend, "observe", counted)
+        monitor.tick()  # every training's pods changed
+        assert sorted(observed) == sorted(ids)
+        statuses = [client.get(f"/v1/trainings/{t}", headers=headers).json() for t in ids]
+        assert [s["status"] for s in statuses] == ["RUNNING"] * 3
+        monitor.tick()  # what the last pass wrote (the transitions) is read once more
+
+        # Nothing changed, nothing written: a pass observes nothing.
+        observed.clear()
+        monitor.tick()
+        assert observed == []
+
+        # The second training's learner ends: the next pass observes that one alone.
+        done = ids[1]
+        kubelet(core, f"{learner_name_prefix(done)}-1", "Succeeded", ended(0), ended(0), ended(0))
+        until(lambda: observe(done).learners[0].phase == "COMPLETED")  # type: ignore[union-attr]
+        monitor.tick()
+        assert observed == [done]
+        assert client.get(f"/v1/trainings/{done}", headers=headers).json()["status"] == "COMPLETED"
+
+        # A stop request (written by the API) is read by the next pass, with no pod change.
+        observed.clear()
+        stopped = ids[2]
+        assert client.post(f"/v1/trainings/{stopped}/stop", headers=headers).status_code == 202
+        monitor.tick()
+        assert observed == [stopped]
+        assert (STOP, stopped) in outbox.sent
+
+        # The full pass observes every active training again.
+        observed.clear()
+        monitor.tick(utcnow() + timedelta(seconds=settings.monitor_full_pass_seconds))
+        assert sorted(observed) == sorted([ids[0], stopped])
     finally:
         backend.close()  # type: ignore[attr-defined]

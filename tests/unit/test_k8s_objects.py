@@ -583,7 +583,8 @@ def test_mpi_launcher_waits_for_the_ssh_hosts() -> None:
 
     host_learner = container(host, "learner")
     argv = host_learner["command"][host_learner["command"].index("--") + 1 :]
-    assert argv[:5] == ["/usr/sbin/sshd", "-D", "-e", "-f", layout.SSHD_CONFIG]
+    assert argv == list(layout.mpi_host_argv())
+    assert argv[4:9] == ["/usr/sbin/sshd", "-D", "-e", "-f", layout.SSHD_CONFIG]
     assert host_learner["readinessProbe"]["tcpSocket"] == {"port": "ssh"}
     host_mounts = {m["name"] for m in host_learner["volumeMounts"]}
     assert "ssh" in host_mounts and "mpi" not in host_mounts

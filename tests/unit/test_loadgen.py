@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.loadgen import HTTPStatusError, encode_request, hammer
+from benchmarks.loadgen import HTTPStatusError, encode_request, hammer, hammer_grpc
 
 
 class Server:
@@ -100,3 +100,43 @@ def test_keep_alive_closed_loop(server: Server, path: str) -> None:
 def test_error_status_stops_the_run(server: Server) -> None:
     with pytest.raises(HTTPStatusError, match="500"):
         hammer(f"http://127.0.0.1:{server.port}/fail", seconds=0.2, warmup=0)
+
+
+def test_grpc_closed_loop_sends_the_bytes_and_stops_on_an_error_status() -> None:
+    import grpc
+
+    seen: list[tuple[bytes, str]] = []
+
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        key = dict(context.invocation_metadata()).get("authorization", "")
+        seen.append((request, key))
+        if request == b"refuse":
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over the limit")
+        return request[::-1]
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = grpc.server(ThreadPoolExecutor(4))
+    handler = grpc.unary_unary_rpc_method_handler(echo)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {"E": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        target = f"127.0.0.1:{port}"
+        load = hammer_grpc(
+            target,
+            "/t.S/E",
+            request=b"abc",
+            metadata=(("authorization", "Bearer k"),),
+            concurrency=3,
+            seconds=0.3,
+            warmup=0.05,
+        )
+        assert load.latencies and load.per_second > 0
+        assert set(seen) == {(b"abc", "Bearer k")}
+        assert len(seen) >= len(load.latencies)  # the warm-up's calls are not counted
+        with pytest.raises(grpc.RpcError) as error:
+            hammer_grpc(target, "/t.S/E", request=b"refuse", seconds=0.1, warmup=0)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        server.stop(0)

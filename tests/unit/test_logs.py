@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ from service.logs import (
     extract_metrics,
     open_log_store,
     read_page,
+    render_lines,
 )
 from service.logs.files import FileLogStore, decode_cursor, encode_cursor
 from service.logs.redis import RedisLogStore
@@ -199,10 +201,29 @@ def test_file_layout_is_one_jsonl_per_learner(tmp_path: Path) -> None:
         "learner-1.jsonl",
         "learner-2.jsonl",
     ]
-    assert (tmp_path / "t1" / "learner-1.jsonl").read_text().splitlines() == [
-        '{"ts": 1.0, "line": "a"}',
-        '{"ts": 2.0, "line": "c"}',
+    lines = (tmp_path / "t1" / "learner-1.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"ts": 1.0, "line": "a"},
+        {"ts": 2.0, "line": "c"},
     ]
+
+
+def test_file_store_reads_lines_json_wrote(tmp_path: Path) -> None:
+    """Logs written before the store wrote with orjson (json.dumps' spacing) read the same."""
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / "learner-1.jsonl").write_text(
+        '{"ts": 1.5, "line": "old \\u00e9"}\n{"ts": 2.0, "line": "\u00e9 \u2713"}\n'
+    )
+    assert FileLogStore(tmp_path).read("t1")[0] == [rec(1, 1.5, "old é"), rec(1, 2.0, "é ✓")]
+
+
+def test_file_store_keeps_a_line_orjson_refuses(tmp_path: Path) -> None:
+    """A lone surrogate (not UTF-8, so orjson refuses it) is written by json and read back
+    unchanged, between lines orjson wrote."""
+    store = FileLogStore(tmp_path)
+    written = [rec(1, 1.0, "before"), rec(1, 2.0, "lone \udc80 surrogate"), rec(1, 3.0, "after")]
+    store.append("t1", written)
+    assert store.read("t1")[0] == written
 
 
 def test_file_store_merges_one_batch_of_several_learners_by_time(tmp_path: Path) -> None:
@@ -246,6 +267,22 @@ def test_file_store_ignores_other_files_and_refuses_unsafe_ids(tmp_path: Path) -
     for bad in ["", ".", "..", "a/b"]:
         with pytest.raises(ValueError):
             store.read(bad)
+
+
+def test_rendered_lines_are_each_records_render() -> None:
+    """render_lines formats a time stamp once for the records that share it; the text is
+    the same as each kept record's render()."""
+    records = [
+        rec(1, 1000.25, "a"),
+        rec(1, 1000.25, "b é"),
+        rec(2, 1000.25, "other learner"),
+        rec(1, 1001.5, "later"),
+        rec(1, 1000.25, "the first stamp again"),
+    ]
+    keep = lambda r: r.line != "b é"  # noqa: E731
+    expected = "".join(r.render() + "\n" for r in records if keep(r)).encode()
+    assert render_lines(records, keep) == expected
+    assert render_lines([], keep) == b""
 
 
 def test_file_cursor_round_trips() -> None:

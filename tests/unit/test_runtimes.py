@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,75 @@ def test_the_hash_of_a_runtime_covers_its_local_package_source(tmp_path: Path) -
     plain = tmp_path / "plain.txt"
     plain.write_text("six==1.17.0\n")
     assert runtimes.definition_hash(plain) == runtimes.requirements_hash("six==1.17.0\n")
+
+
+def test_the_hash_is_kept_while_a_stat_finds_the_files_unchanged(tmp_path: Path) -> None:
+    """Each submission asks for the hash: it is read from the files' stats, not the files,
+    while they are unchanged; a file changed (its mtime) is hashed again."""
+    (tmp_path / "pkg").mkdir()
+    source = tmp_path / "pkg" / "x.py"
+    source.write_text("X = 1\n")
+    definition = tmp_path / "r.txt"
+    definition.write_text("six==1.17.0\n#! local pkg\n")
+    old = time.time() - 3600
+    for path in (source, definition):
+        os.utime(path, (old, old))
+    first = runtimes.definition_hash(definition)
+    # Another text of the same size, the old mtime given back: the stat cannot tell, so
+    # the kept hash is the answer (which shows that the files were not read again).
+    source.write_text("X = 2\n")
+    os.utime(source, (old, old))
+    assert runtimes.definition_hash(definition) == first
+    # A change a stat sees: hashed again.
+    os.utime(source, (old + 1, old + 1))
+    second = runtimes.definition_hash(definition)
+    assert second != first
+    definition.write_text("six==1.16.0\n#! local pkg\n")
+    os.utime(definition, (old, old + 5))
+    assert runtimes.definition_hash(definition) not in (first, second)
+
+
+def test_a_file_hashed_just_after_it_changed_is_hashed_again(tmp_path: Path) -> None:
+    """mtime's granularity could hide a second change of the same size right after the
+    first: a hash of files younger than two seconds is not kept."""
+    definition = tmp_path / "r.txt"
+    definition.write_text("six==1.17.0\n")
+    first = runtimes.definition_hash(definition)
+    stamp = definition.stat()
+    definition.write_text("six==1.16.0\n")
+    os.utime(definition, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert runtimes.definition_hash(definition) != first
+
+
+def test_a_check_that_timed_out_is_taken_again_at_the_next_install(tmp_path: Path) -> None:
+    """A runtime built on a machine too busy for `horovodrun --check-build` to answer in
+    time recorded the timeout as what it provides; the next install (or use: the same
+    call) checks again instead of keeping that for good."""
+    definitions, root, digest = _define(tmp_path)
+    target = runtimes.runtime_dir(root, "small", digest)
+    (target / "bin").mkdir(parents=True)
+    (target / "bin" / "python").symlink_to(sys.executable)
+    timed_out = "(horovodrun failed: Command '...' timed out after 120 seconds)"
+    (target / runtimes.MARKER).write_text(
+        json.dumps(
+            {
+                "requirements_hash": digest,
+                "python": str(target / "bin" / "python"),
+                "provides": {"python": "3", "horovod_check_build": timed_out},
+            }
+        )
+    )
+    before = runtimes.installed(root, "small", definitions)
+    assert before is not None and runtimes.probe_timed_out(before.provides)
+
+    lines: list[str] = []
+    info = runtimes.install("small", root, lines.append, definitions)
+    assert "small: checking again what it provides (the last check timed out)" in lines
+    assert not runtimes.probe_timed_out(info.provides)
+    assert info.provides["python"] == sys.version.split()[0]
+    recorded = runtimes.installed(root, "small", definitions)
+    assert recorded is not None and recorded.provides == info.provides
+
+    lines.clear()
+    runtimes.install("small", root, lines.append, definitions)  # nothing to check again
+    assert lines == [f"small: already installed at {target}"]

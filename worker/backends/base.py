@@ -50,6 +50,10 @@ class StartRequest:
     tenant: str = ""
     compute: ComputeSpec | None = None
     max_runtime: int | None = None
+    # How often learners sync LOG_DIR while they run (DLAAS_LOG_DIR_SYNC_SECONDS), and
+    # whether they read their TensorBoard event files' scalars as the training's metrics.
+    log_dir_sync_seconds: float = 10.0
+    tensorboard_metrics: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,12 @@ class Backend(Protocol):
         """How many learners this backend can run at once."""
         ...
 
+    def changed(self) -> set[str] | None:
+        """The trainings whose observation may have changed since the last call (the
+        monitor then reconciles only those, and every training in its full passes); None
+        when the backend cannot tell, and the monitor reconciles every active training."""
+        ...
+
     def changes(self, wake: Callable[[], None]) -> AbstractContextManager[None]:
         """While in the block, call `wake` soon after a learner's state changes (a phase,
         an exit), so the monitor need not poll fast to notice. Best effort: the monitor
@@ -165,4 +175,6 @@ def learner_spec(
         store_retry_seconds=store_retry_seconds,
         checkpoints_prefix=checkpoints_prefix,
         restore_checkpoints=restore_checkpoints,
+        log_dir_sync_seconds=request.log_dir_sync_seconds,
+        tensorboard_metrics=request.tensorboard_metrics,
     )

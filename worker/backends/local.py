@@ -26,6 +26,7 @@ once they are stopped). Cleanup removes it all once the results are stored.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -75,6 +76,11 @@ _UNSANDBOXED_NOTE = "the learners' commands run without a sandbox here ({why})"
 # the learner's namespaces but outside the sandbox; their ranks enter it.
 _PLATFORM_ROLES = (Role.MPI_LAUNCHER, Role.MPI_HOST)
 _GIB = 1024**3
+
+
+def _rank_output(tdir: Path, learner_id: int) -> Path:
+    """The file an MPI host's ranks write their output to; the host relays it to its log."""
+    return tdir / f"learner-{learner_id}" / "rank-output"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -321,14 +327,14 @@ class LocalBackend:
         if plan.hostfile is not None:
             hostfile = plan.hostfile if net else f"localhost slots={spec.nodes}\n"
             (tdir / "hostfile").write_text(hostfile)
+            per_learner = {
+                lp.learner_id: self._rank(lp, tdir, learners_env, sandboxes, enforcements)
+                for lp in plan.learners
+            }
             ranks: dict[str, Any] = {
-                "hosts": {
-                    lp.hostname: self._rank(lp, learners_env, sandboxes, enforcements)
-                    for lp in plan.learners
-                },
+                "hosts": {lp.hostname: per_learner[lp.learner_id] for lp in plan.learners},
                 "by_rank": {
-                    str(lp.learner_id - 1): self._rank(lp, learners_env, sandboxes, enforcements)
-                    for lp in plan.learners
+                    str(lp.learner_id - 1): per_learner[lp.learner_id] for lp in plan.learners
                 },
             }
             _write_json(tdir / "ranks.json", ranks)
@@ -343,6 +349,12 @@ class LocalBackend:
                 env["TMPDIR"] = str(mpi_session)  # the MPI session directory ranks share
             Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
             platform_run = lp.role in _PLATFORM_ROLES
+            if lp.role == Role.MPI_HOST:
+                # The host's output is what its ranks write (worker.learner.rank): relayed
+                # from the start of the file for as long as the learner runs.
+                output = _rank_output(tdir, lp.learner_id)
+                os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+                lp = dataclasses.replace(lp, argv=("tail", "-n", "+1", "-f", str(output)))
             run_prefix = net.enter_argv(lp.hostname) if net else []
             if not platform_run:
                 run_prefix += sandboxes[lp.learner_id]
@@ -413,17 +425,23 @@ class LocalBackend:
     @staticmethod
     def _rank(
         lp: LearnerPlan,
+        tdir: Path,
         envs: dict[int, dict[str, str]],
         sandboxes: dict[int, list[str]],
         enforcements: dict[int, Enforcement],
     ) -> dict[str, Any]:
         """What a rank on learner `lp` needs (worker.learner.rank): its variables, its
-        sandbox and its limits."""
-        return {
+        sandbox, its limits and, on an MPI host, where its output goes. mpirun would
+        forward every rank's output to the launcher: the launcher's log would show each
+        line of every rank (each TensorFlow start-up notice once per rank) as its own."""
+        rank: dict[str, Any] = {
             "env": envs[lp.learner_id],
             "prefix": sandboxes[lp.learner_id],
             "limits": enforcements[lp.learner_id].to_dict(),
         }
+        if lp.role == Role.MPI_HOST:
+            rank["output"] = str(_rank_output(tdir, lp.learner_id))
+        return rank
 
     def _mpi_setup(
         self, tdir: Path, net: LearnerNetwork | None, runtime: RuntimeInfo | None
@@ -634,6 +652,12 @@ class LocalBackend:
     def cleanup(self, training_id: str) -> None:
         self.stop(training_id)
         shutil.rmtree(self._dir(training_id), ignore_errors=True)
+
+    def changed(self) -> set[str] | None:
+        """None: a learner's status lives in its status file, which only observe() reads,
+        so every pass of the monitor reconciles every active training (few, on one
+        machine; each observe is a file read)."""
+        return None
 
     def held(self) -> list[str]:
         if not self.work_root.is_dir():

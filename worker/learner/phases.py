@@ -26,6 +26,7 @@ from service.sandbox.limits import Enforcement
 from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.learner.host import Rendezvous
+from worker.learner.logdir import LogDirSync
 from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
 from worker.learner.status import Status, StatusReporter
@@ -183,15 +184,19 @@ class Learner:
                 f"learner {spec.learner_id} could not start its command: {e}"
             ) from e
         assert proc.stdout is not None
+        sync = LogDirSync(spec, self.transfers, store)
+        halted = True  # until supervision says otherwise
         try:
             self.status(TrainingState.RUNNING, child_pid=proc.pid)
             tee.start(os.dup(proc.stdout.fileno()))
             proc.stdout.close()
+            sync.start()
             code, halted = self.supervisor.supervise()
         finally:
             if self.supervisor.child is not None:  # supervision failed: leave nothing running
                 self.supervisor.kill(proc)
             tee.close(_TEE_DRAIN_SECONDS)
+            sync.stop(last_pass=not halted)
             limits.release(self.enforcement)
         if halted:
             # The log is small and matters most now; results of an interrupted run do not.

@@ -5,7 +5,8 @@ and never sees the spec.
 
 Both reuse the local wrapper's parts: fetch is its DOWNLOADING phase
 (worker.learner.transfers), the agent its log tee (worker.learner.logtee: the same
-records, learner id and max_log_bytes cap) and its STORING phase (the same keys). The
+records, learner id and max_log_bytes cap), its LOG_DIR sync and TensorBoard metrics while
+the command runs (worker.learner.logdir) and its STORING phase (the same keys). The
 pod's CHECKPOINT_DIR is its own, which the platform cannot read: fetch restores the last
 attempt's into it, the agent saves it (LearnerSpec.restore_checkpoints, checkpoints_prefix). The
 agent reads the command's output from the `io` volume (worker.learner.pod_io) instead of
@@ -27,6 +28,7 @@ from service.logs.base import LogStore
 from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.learner import pod_io
+from worker.learner.logdir import LogDirSync
 from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import PlatformError, Transfers, open_log_sink, open_store
@@ -182,10 +184,16 @@ def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str
         return _fail(termination_log, str(e))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, sidecar.on_signal)
+    # LOG_DIR (the `work` volume the agent mounts) synced while the command runs, as the
+    # local wrapper does, with the TensorBoard metrics where the manifest asks for them.
+    sync = LogDirSync(spec, sidecar.transfers, store)
+    sync.start()
     try:
         sidecar.tee(log_store)
     except Exception as e:  # what was read is in the learner's log: store that at least
         print(f"learner wrapper: following the output failed: {e}", file=sys.stderr)
+    finally:
+        sync.stop(last_pass=not sidecar.stopping)
     stored = sidecar.store(store)
     if sidecar.ended is None:
         # Stopped (or failed) before the command ended: the log is stored, but there is no

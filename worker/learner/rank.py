@@ -7,7 +7,10 @@ MODEL_DIR, DATA_DIR, RESULT_DIR, ...) from RANKS.json, written by the backend:
 `{"env": variables, "prefix": its sandbox's argv prefix, "limits": its Enforcement}`
 (by host when every learner has its own host, by rank when they share one), moves to the
 learner's MODEL_DIR, maps the rank to its GPU when asked (DDL), puts itself under the
-learner's resource limits and execs the command inside the learner's sandbox.
+learner's resource limits and execs the command inside the learner's sandbox. A rank of
+an MPI host writes its output to the file its learner names (`"output"`), which that
+learner relays to its own log: through mpirun it would land in the launcher's log, where
+each line every rank prints (TensorFlow's start-up notices) would show once per rank.
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def main(argv: list[str]) -> int:
     env = rank_environment(dict(os.environ), learner)
     os.chdir(env.get("MODEL_DIR", "."))
     limits.apply(Enforcement.from_dict(learner.get("limits", {})))
+    if output := learner.get("output"):
+        fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(fd, sys.stdout.fileno())
+        os.dup2(fd, sys.stderr.fileno())
+        os.close(fd)
     command = [*learner.get("prefix", []), *argv[2:]]
     os.execvpe(command[0], command, env)  # noqa: S606 - the user's command, by design
 

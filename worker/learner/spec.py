@@ -68,6 +68,12 @@ class LearnerSpec:
     # restore it themselves and leave both None.
     checkpoints_prefix: str | None = None
     restore_checkpoints: str | None = None
+    # While the command runs: seconds between two syncs of LOG_DIR to the store (its new
+    # and changed files, under results_prefix's learner-<i>/logs/), and whether each sync
+    # also reads the TensorBoard event files' scalars into the metric points stored at
+    # keys.tensorboard_metrics_key (the manifest's `evaluation_metrics: {type: tensorboard}`).
+    log_dir_sync_seconds: float = 10.0
+    tensorboard_metrics: bool = False
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -96,6 +102,8 @@ class LearnerSpec:
         "store_retry_seconds": (int, float),
         "checkpoints_prefix": OPT_STR,
         "restore_checkpoints": OPT_STR,
+        "log_dir_sync_seconds": (int, float),
+        "tensorboard_metrics": (bool,),
     }
 
     @classmethod

@@ -93,6 +93,18 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover - the loop returns
 
 
+FileSignature = tuple[str, int, int]  # (real path, size, mtime in ns)
+
+
+def file_signature(path: Path) -> FileSignature | None:
+    """What tells one version of a file from the next (None if it cannot be read)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return str(path), info.st_size, info.st_mtime_ns
+
+
 def tree_files(root: Path, prefix: str) -> Iterator[tuple[str, Path]]:
     """(key, real path) of every regular file under root, keys = prefix + relative path.
 
@@ -124,6 +136,10 @@ class Transfers:
         self.spec = spec
         self.private_dir = private_dir
         self.log_path = log_path
+        # What is in the platform's store already, by key: the file and its signature when
+        # it was uploaded. LOG_DIR's syncs while the command runs fill it, and STORING
+        # uploads only what changed since.
+        self.synced: dict[str, FileSignature] = {}
 
     # -- fetch ---------------------------------------------------------------------------
 
@@ -284,11 +300,12 @@ class Transfers:
     def store(
         self, store: ObjectStore, files: Sequence[tuple[str, Path]], *, patient: bool = True
     ) -> list[str]:
-        """Upload to the platform's store and copy to the user's results bucket; returns
-        what failed. `patient`: a store that is unreachable is retried with backoff (the
-        spec's store_attempts and store_retry_seconds); else each file is tried once."""
-        return self.upload(store, files, patient=patient) + self.copy_to_target(
-            files, patient=patient
+        """Upload to the platform's store (what `synced` has unchanged is not uploaded
+        again) and copy to the user's results bucket; returns what failed. `patient`: a
+        store that is unreachable is retried with backoff (the spec's store_attempts and
+        store_retry_seconds); else each file is tried once."""
+        return self.upload(store, files, patient=patient, known=self.synced) + (
+            self.copy_to_target(files, patient=patient)
         )
 
     def upload(
@@ -297,17 +314,25 @@ class Transfers:
         files: Iterator[tuple[str, Path]] | Sequence[tuple[str, Path]],
         *,
         patient: bool = True,
+        known: dict[str, FileSignature] | None = None,
     ) -> list[str]:
         """Upload each file; returns what failed, after at most _MAX_UPLOAD_ERRORS failures.
 
         A file the store refuses as unreachable (StoreUnavailable: down, restarting, a
         missing bucket) is tried again with exponential backoff, so a store that comes back
         within the retries loses nothing; one that does not fails the upload with the
-        store's own message (it names the endpoint and the bucket)."""
+        store's own message (it names the endpoint and the bucket). With `known` (what
+        the store has, by key), a file whose signature is the one recorded there is not
+        uploaded again, and each upload records the signature the file had before it."""
         errors: list[str] = []
         for key, path in files:
+            signature = file_signature(path) if known is not None else None
+            if known is not None and signature is not None and known.get(key) == signature:
+                continue
             try:
                 self._put(store, key, path, patient)
+                if known is not None and signature is not None:
+                    known[key] = signature
             except Exception as e:
                 errors.append(f"{key}: {e}")
                 # The store itself is failing: the other files would fail the same way.

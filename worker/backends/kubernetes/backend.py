@@ -156,6 +156,9 @@ class KubernetesBackend:
         self.store_retry_seconds = store_retry_seconds
         self.clock = clock
         self.watch = PodWatch(self.core, self.namespace)
+        # The training id of each training label this backend observed or started: what
+        # changed() maps the watch's changed labels back to.
+        self._ids: dict[str, str] = {}
         self._held: set[str] | None = None
         self._held_at = 0.0
         self._held_lock = threading.Lock()
@@ -225,6 +228,7 @@ class KubernetesBackend:
     def start(self, request: StartRequest) -> None:
         self.watch.ensure_started()
         spec = request.spec
+        self._ids[label_value(spec.training_id)] = spec.training_id
         prefix = learner_name_prefix(spec.training_id)
         mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
         plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
@@ -299,6 +303,7 @@ class KubernetesBackend:
             read_prefixes=(request.restore_checkpoints,) if request.restore_checkpoints else (),
             write_prefixes=(
                 request.results_prefix,
+                keys.metrics_prefix(training_id),
                 keys.attempt_checkpoints_prefix(training_id, request.attempt),
             ),
         )
@@ -383,7 +388,9 @@ class KubernetesBackend:
 
     def observe(self, training_id: str) -> Observation | None:
         self.watch.ensure_started()
-        pods = self.watch.pods(label_value(training_id))
+        training = label_value(training_id)
+        self._ids[training] = training_id
+        pods = self.watch.pods(training)
         if not pods:
             return None
         return observation(pods, self.clock(), self.image_pull_timeout)
@@ -442,9 +449,28 @@ class KubernetesBackend:
         if wait:
             self.watch.wait_gone(training, STOP_MARGIN_SECONDS)
         self.watch.forget(training)
+        self._ids.pop(training, None)
         with self._held_lock:
             if self._held is not None:
                 self._held.discard(training_id)
+
+    def changed(self) -> set[str] | None:
+        """The trainings whose pods the watch saw change since the last call; None (the
+        monitor then reconciles every training) before the watch runs, after it listed
+        again, or when a changed pod is of a training this backend never observed or
+        started (one another process started, before this monitor's first full pass)."""
+        if not self.watch.running():
+            return None
+        labels = self.watch.drain_changes()
+        if labels is None:
+            return None
+        ids = set()
+        for label in labels:
+            training_id = self._ids.get(label)
+            if training_id is None:
+                return None
+            ids.add(training_id)
+        return ids
 
     def held(self) -> list[str]:
         """The trainings whose Service exists (their owner: what is left of them), read

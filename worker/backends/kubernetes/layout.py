@@ -105,14 +105,29 @@ def sshd_argv() -> tuple[str, ...]:
     )
 
 
+# Where a rank of an MPI host writes its output, which the host relays as its own: through
+# mpirun it would land in the launcher's log, where each line every rank prints (each
+# TensorFlow start-up notice) would show once per rank.
+RANK_OUTPUT = f"{TMP_DIR}/dlaas-rank-output"
+
 # A rank started over ssh gets sshd's environment, not the pod's: its learner's id comes
 # from the host name (`<prefix>-<i>`), its directories are the same in every pod; the
-# shared variables come from mpirun (-x).
+# shared variables come from mpirun (-x). Learner 1 is the launcher (its ranks' output is
+# mpirun's), the others are hosts.
 _RANK_SCRIPT = (
     'h="$(hostname)"; export LEARNER_ID="${h##*-}" '
     + " ".join(f"{name}={path}" for name, path in DIRECTORIES.items())
+    + f'; [ "$LEARNER_ID" = 1 ] || exec >>{RANK_OUTPUT} 2>&1'
     + '; cd "$MODEL_DIR" && exec "$@"'
 )
+
+
+def mpi_host_argv() -> tuple[str, ...]:
+    """An MPI host's learner container: sshd, which the launcher's mpirun starts ranks
+    through, and beside it the relay of those ranks' output (RANK_OUTPUT) to the
+    container's, which the agent sends to the learner's log."""
+    relay = f': > {RANK_OUTPUT}; tail -n +1 -f {RANK_OUTPUT} & exec "$@"'
+    return ("/bin/sh", "-c", relay, "dlaas-host", *sshd_argv())
 
 
 def mpi_setup() -> MpiSetup:

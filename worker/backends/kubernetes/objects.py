@@ -293,7 +293,7 @@ def _learner_container(
     inp: TrainingObjectsInput, lp: LearnerPlan, cluster: ClusterConfig
 ) -> dict[str, Any]:
     mpi_host = lp.role == Role.MPI_HOST
-    argv = layout.sshd_argv() if mpi_host else lp.argv
+    argv = layout.mpi_host_argv() if mpi_host else lp.argv
     wait_for: tuple[str, ...] = ()
     if lp.waits_for_peers:
         wait_for = tuple(

@@ -66,6 +66,9 @@ class PodWatch:
         self._forgotten_order: deque[str] = deque()
         self._resource_version: str | None = None
         self._wakes: list[Callable[[], None]] = []
+        # The training labels whose pods changed since the last drain_changes(); None: all
+        # of them may have (nothing drained yet, or a list replaced the cache).
+        self._changed: set[str] | None = None
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,6 +90,10 @@ class PodWatch:
             raise RuntimeError(
                 f"the pods of namespace {self.namespace} could not be listed in {timeout:.0f} s"
             )
+
+    def running(self) -> bool:
+        """Whether the watch was started and its first list is in the cache."""
+        return self._synced.is_set()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop watching: the current request is cut short and the thread waited for."""
@@ -137,6 +144,7 @@ class PodWatch:
             if _meta(live.get(name, {})).get("uid") != uid:
                 live[name] = pod
                 self._gone.get(training, {}).pop(name, None)
+                self._mark(training)
             self._lock.notify_all()
 
     def wait_gone(
@@ -170,6 +178,19 @@ class PodWatch:
             while len(self._forgotten_order) > _FORGOTTEN_MAX:
                 self._forgotten.discard(self._forgotten_order.popleft())
             self._lock.notify_all()
+
+    def drain_changes(self) -> set[str] | None:
+        """The training labels whose pods were added, changed or deleted since the last
+        call, and forget them; None when any may have (before the first call, and after a
+        list, which may have replaced everything the watch missed)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return changed
+
+    def _mark(self, training: str) -> None:
+        """(Under the lock.) The training's pods changed."""
+        if self._changed is not None:
+            self._changed.add(training)
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` after every change; returns what unsubscribes it."""
@@ -231,6 +252,7 @@ class PodWatch:
                     self._gone.get(training, {}).pop(name, None)
             self._gone = {t: pods for t, pods in self._gone.items() if pods}
             self._live = fresh
+            self._changed = None
             self._resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "")
             self._lock.notify_all()
         self._synced.set()
@@ -280,6 +302,7 @@ class PodWatch:
                 self._gone.get(training, {}).pop(name, None)
             if not live:
                 del self._live[training]
+            self._mark(training)
             self._lock.notify_all()
         self._wake()
 

@@ -1,0 +1,75 @@
+"""The log tee under a learner printing as fast as it can: every line reaches the live log
+store and training-log.txt, complete and in order (what benchmarks/log_throughput.py
+measures the speed of)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.logs import LogStore, all_records
+from service.logs.base import iso_utc
+from service.logs.files import FileLogStore
+from service.logs.redis import RedisLogStore
+from worker.learner.logtee import LogTee
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+LINES = 100_000
+PRINTER = """
+import sys
+text = "x" * 90
+for i in range(int(sys.argv[1])):
+    print(f"{i:08d} {text}")
+"""
+
+
+@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogStore]:
+    if request.param == "file":
+        yield FileLogStore(tmp_path / "logs")
+        return
+    redis_store = RedisLogStore(REDIS_URL)
+    yield redis_store
+    redis_store.close()
+
+
+def expected(lines: int) -> list[str]:
+    return [f"{i:08d} {'x' * 90}" for i in range(lines)]
+
+
+def test_every_line_of_a_fast_printer_arrives_in_order(store: LogStore, tmp_path: Path) -> None:
+    """One write per line (PYTHONUNBUFFERED, as learners run), 100,000 of them: the tee
+    reads them in many small pieces and writes them in batches of any size."""
+    training_id = f"test-{uuid.uuid4().hex}"
+    local = tmp_path / "training-log.txt"
+    script = tmp_path / "printer.py"
+    script.write_text(PRINTER)
+    tee = LogTee(3, training_id, store, local)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(LINES)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    tee.start(os.dup(proc.stdout.fileno()))
+    proc.stdout.close()
+    try:
+        assert proc.wait(timeout=120) == 0
+        tee.close(timeout=60)
+        records = list(all_records(store, training_id))
+        assert [r.line for r in records] == expected(LINES)
+        assert {r.learner for r in records} == {3}
+        stamps = [r.ts for r in records]
+        assert stamps == sorted(stamps)
+        # training-log.txt: `<iso time> <line>`, each line with the stamp of its record.
+        written = local.read_text().splitlines()
+        assert [line.split(" ", 1)[1] for line in written] == expected(LINES)
+        assert [line.split(" ", 1)[0] for line in written] == [iso_utc(r.ts) for r in records]
+    finally:
+        store.delete(training_id)
