@@ -25,6 +25,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from dlaas import Client
 from service.domain.names import label_value
 from tests.e2e.test_up import Up, start_up
 from tests.k8s_cluster.examples import Example, cpu_catalog, numbered_examples
@@ -87,11 +88,24 @@ def test_example_completes_on_the_cluster(up: Up, example: Example) -> None:
         training = dlaas.trainings.create(example.manifest, example.code)
         done = dlaas.trainings.wait(training.id, timeout=EXAMPLE_TIMEOUT, poll_interval=2)
         assert done.status == "COMPLETED", (done.status_message, done.learners)
-        stored = {f.path for f in dlaas.trainings.results(training.id)}
-        for learner in done.learners:
-            assert f"learner-{learner.learner_id}/training-log.txt" in stored, stored
+        logs = {f"learner-{learner.learner_id}/training-log.txt" for learner in done.learners}
+        stored = stored_results(dlaas, training.id, logs, timeout=120)
+        assert logs <= stored, stored
     # Its pods are deleted once it has ended (no DLAAS_K8S_POD_TTL_SECONDS here).
     assert pods_gone(training.id, timeout=120), f"pods of {training.id} left behind"
+
+
+def stored_results(dlaas: Client, training_id: str, wanted: set[str], timeout: float) -> set[str]:
+    """The training's stored result paths once they include `wanted`, or as they are after
+    `timeout` seconds. A pod's agent stores its learner's log before the pod ends; where it
+    did not (it never ran, or could not reach the store), the platform's wrap-up writes the
+    log from the log store just after the training ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = {f.path for f in dlaas.trainings.results(training_id)}
+        if wanted <= stored or time.monotonic() > deadline:
+            return stored
+        time.sleep(1)
 
 
 def pods_gone(training_id: str, timeout: float) -> bool:
