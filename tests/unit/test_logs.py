@@ -27,14 +27,10 @@ from service.logs.redis import RedisLogStore
 REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
-@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogStore]:
-    if request.param == "file":
-        yield FileLogStore(tmp_path / "logs")
-        return
-    redis_store = RedisLogStore(REDIS_URL)
-    yield redis_store
-    redis_store.close()
+@pytest.fixture
+def store(log_store: LogStore) -> LogStore:
+    """Every log store (tests/unit/conftest.py): one contract."""
+    return log_store
 
 
 @pytest.fixture

@@ -8,18 +8,12 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from service.logs import LogStore, all_records
 from service.logs.base import iso_utc
-from service.logs.files import FileLogStore
-from service.logs.redis import RedisLogStore
 from worker.learner.logtee import LogTee
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
 LINES = 100_000
 PRINTER = """
 import sys
@@ -29,23 +23,14 @@ for i in range(int(sys.argv[1])):
 """
 
 
-@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogStore]:
-    if request.param == "file":
-        yield FileLogStore(tmp_path / "logs")
-        return
-    redis_store = RedisLogStore(REDIS_URL)
-    yield redis_store
-    redis_store.close()
-
-
 def expected(lines: int) -> list[str]:
     return [f"{i:08d} {'x' * 90}" for i in range(lines)]
 
 
-def test_every_line_of_a_fast_printer_arrives_in_order(store: LogStore, tmp_path: Path) -> None:
+def test_every_line_of_a_fast_printer_arrives_in_order(log_store: LogStore, tmp_path: Path) -> None:
     """One write per line (PYTHONUNBUFFERED, as learners run), 100,000 of them: the tee
     reads them in many small pieces and writes them in batches of any size."""
+    store = log_store
     training_id = f"test-{uuid.uuid4().hex}"
     local = tmp_path / "training-log.txt"
     script = tmp_path / "printer.py"
