@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from service.api.app import create_app
 from service.db.models import Base
 from service.db.session import make_engine, upgrade
 from service.platform import Platform
+from service.scoring import ratelimit
 from service.settings import Settings
 
 ADMIN_KEY = "test-admin-key"
@@ -141,3 +143,12 @@ def submit(
         },
         headers=headers,
     )
+
+
+@pytest.fixture
+def one_rate_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prediction rate limits count in one window for the whole test (the one it starts
+    in, with a minute left): a test that counts predictions over several requests must not
+    see a minute boundary pass between two of them and the count start again."""
+    window = int(time.time() // ratelimit.WINDOW_SECONDS)
+    monkeypatch.setattr(ratelimit, "_window", lambda now: (window, ratelimit.WINDOW_SECONDS))

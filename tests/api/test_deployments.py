@@ -417,7 +417,7 @@ def test_predictions_wait_for_ready(
 
 
 def test_the_plan_limits_predictions_per_minute(
-    client: TestClient, platform: Platform, saved_models: dict[str, Path]
+    client: TestClient, platform: Platform, saved_models: dict[str, Path], one_rate_window: None
 ) -> None:
     lite = create_tenant(client, "small", "lite")  # 500 predictions a minute
     body = deploy(client, lite, platform, saved_models["linear"])

@@ -77,7 +77,7 @@ def refusal(call: Any, *args: Any, **kwargs: Any) -> grpc.RpcError:
 
 
 def test_a_tensorflow_serving_client_gets_the_rest_predictions(
-    served: Grpc, saved_models: dict[str, Path]
+    served: Grpc, saved_models: dict[str, Path], one_rate_window: None
 ) -> None:
     tenant = create_tenant(served.client, "acme")
     deployment = deploy(served.client, tenant, served.platform, saved_models["linear"])
@@ -156,7 +156,7 @@ def test_get_model_metadata_returns_the_signature_def_map(
 
 
 def test_refusals_are_grpc_status_codes_with_the_problems_detail(
-    served: Grpc, saved_models: dict[str, Path]
+    served: Grpc, saved_models: dict[str, Path], one_rate_window: None
 ) -> None:
     client = served.client
     tenant = create_tenant(client, "acme")
