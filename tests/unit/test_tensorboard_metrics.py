@@ -28,8 +28,9 @@ from service.errors import ValidationFailed
 from service.logs.config import LogSinkConfig
 from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
-from worker.learner import logdir
-from worker.learner.logdir import LogDirSync, ScalarReader
+from worker.learner import scalars
+from worker.learner.logdir import LogDirSync
+from worker.learner.scalars import ScalarReader
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import Transfers
 
@@ -134,13 +135,30 @@ def test_scalars_of_every_run_are_read_with_their_steps_and_only_new_ones_each_p
 def test_the_reader_does_not_load_tensorflow(tmp_path: Path) -> None:
     Writer(tmp_path).scalar("loss", 1.0, 0)
     code = (
-        "import sys; from pathlib import Path; from worker.learner.logdir import ScalarReader; "
+        "import sys; from pathlib import Path; from worker.learner.scalars import ScalarReader; "
         f"r = ScalarReader(Path({str(tmp_path)!r})); print(r.read(), 'tensorflow' in sys.modules)"
     )
     ran = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert ran.stdout.split() == ["1", "False"]  # TensorBoard's own record reader, not TF's
+
+
+@pytest.mark.parametrize("wrapper", ["worker.learner.phases", "worker.learner.pod_steps"])
+def test_a_learner_wrapper_imports_tensorboard_only_for_a_training_that_reads_it(
+    wrapper: str,
+) -> None:
+    """TensorBoard's reader takes a third of a second to import, before a learner's command
+    starts: only a LogDirSync whose training reads TensorBoard metrics imports it."""
+    code = (
+        f"import sys, {wrapper}; print('tensorboard' in sys.modules); "
+        "from worker.learner.logdir import LogDirSync; import worker.learner.scalars; "
+        "print('tensorboard' in sys.modules)"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert ran.stdout.split() == ["False", "True"]
 
 
 def test_a_partial_record_is_read_once_it_is_complete(tmp_path: Path) -> None:
@@ -190,7 +208,7 @@ def test_a_file_that_is_no_event_file_at_all_is_skipped(tmp_path: Path) -> None:
 def test_an_event_file_over_the_cap_is_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(logdir, "MAX_EVENT_FILE_BYTES", 64)
+    monkeypatch.setattr(scalars, "MAX_EVENT_FILE_BYTES", 64)
     writer = Writer(tmp_path)
     for step in range(5):
         writer.scalar("loss", 1.0, step)
@@ -202,7 +220,7 @@ def test_an_event_file_over_the_cap_is_not_read(
 def test_points_beyond_the_cap_are_dropped_and_the_document_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logdir, "MAX_TENSORBOARD_POINTS", 3)
+    monkeypatch.setattr(scalars, "MAX_TENSORBOARD_POINTS", 3)
     writer = Writer(tmp_path)
     for step in range(5):
         writer.scalar("loss", float(step), step)
