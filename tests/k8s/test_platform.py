@@ -92,6 +92,20 @@ def until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
     return value
 
 
+def submit_horovod(client: TestClient, **fields: Any) -> tuple[dict[str, str], str]:
+    """A 2-learner Horovod training (its runtime is in its learner image) of a new tenant,
+    submitted through the API: the tenant's headers and the training's id."""
+    headers = create_tenant(client, "acme")
+    manifest = base(
+        framework={"name": "tensorflow-horovod", "version": "2.21"},
+        compute_configuration={"name": "P100", "nodes": 2},
+        **fields,
+    )
+    r = submit(client, headers, json.dumps(manifest))
+    assert r.status_code == 201, r.text
+    return headers, r.json()["id"]
+
+
 def test_every_defined_runtime_counts_as_installed_on_kubernetes(platform: Platform) -> None:
     assert {"platform", "horovod-tf2.14", "ddl-tf2.14"} <= platform.installed_runtimes()
     horovod = platform.runtime("horovod-tf2.14")
@@ -102,20 +116,11 @@ def test_every_defined_runtime_counts_as_installed_on_kubernetes(platform: Platf
 def test_a_training_submitted_through_the_api_runs_as_pods(
     client: TestClient,
     platform: Platform,
-    settings: Settings,
     core: client.CoreV1Api,
-    monkeypatch: pytest.MonkeyPatch,
     k8s_backend: tuple[Outbox, KubernetesBackend],
 ) -> None:
     outbox, backend = k8s_backend
-    headers = create_tenant(client, "acme")
-    manifest = base(
-        framework={"name": "tensorflow-horovod", "version": "2.21"},
-        compute_configuration={"name": "P100", "nodes": 2},
-    )
-    r = submit(client, headers, json.dumps(manifest))
-    assert r.status_code == 201, r.text
-    tid = r.json()["id"]
+    headers, tid = submit_horovod(client)
     monitor = Monitor(platform, backend)
 
     monitor.tick()  # admitted, its launch sent to a worker
@@ -154,9 +159,7 @@ def test_a_training_submitted_through_the_api_runs_as_pods(
 def test_a_retried_trainings_next_attempt_restores_the_checkpoints_its_pods_saved(
     client: TestClient,
     platform: Platform,
-    settings: Settings,
     core: client.CoreV1Api,
-    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     k8s_backend: tuple[Outbox, KubernetesBackend],
 ) -> None:
@@ -165,15 +168,9 @@ def test_a_retried_trainings_next_attempt_restores_the_checkpoints_its_pods_save
     the retry policy covers; attempt 2's learner specs restore attempt 1's checkpoints and
     save their own under attempt-2/, and the saved bytes count as the training's."""
     outbox, backend = k8s_backend
-    headers = create_tenant(client, "acme")
-    manifest = base(
-        framework={"name": "tensorflow-horovod", "version": "2.21"},
-        compute_configuration={"name": "P100", "nodes": 2},
-        retry_policy={"max_retries": 1, "retry_on_exit_codes": [3]},
+    headers, tid = submit_horovod(
+        client, retry_policy={"max_retries": 1, "retry_on_exit_codes": [3]}
     )
-    r = submit(client, headers, json.dumps(manifest))
-    assert r.status_code == 201, r.text
-    tid = r.json()["id"]
     monitor = Monitor(platform, backend)
     monitor.tick()
     execution.launch(platform, backend, tid)
@@ -227,23 +224,14 @@ def test_a_retried_trainings_next_attempt_restores_the_checkpoints_its_pods_save
 def test_the_pod_log_of_a_learner_whose_fetch_failed_is_in_the_trainings_logs(
     client: TestClient,
     platform: Platform,
-    settings: Settings,
     core: client.CoreV1Api,
     k8s_apiserver: RunningApiserver,
-    monkeypatch: pytest.MonkeyPatch,
     k8s_backend: tuple[Outbox, KubernetesBackend],
 ) -> None:
     """Its agent never ran, so nothing sent its output: the platform reads the fetch
     container's log through the API when it finalizes the training."""
     _outbox, backend = k8s_backend
-    headers = create_tenant(client, "acme")
-    manifest = base(
-        framework={"name": "tensorflow-horovod", "version": "2.21"},
-        compute_configuration={"name": "P100", "nodes": 2},
-    )
-    r = submit(client, headers, json.dumps(manifest))
-    assert r.status_code == 201, r.text
-    tid = r.json()["id"]
+    headers, tid = submit_horovod(client)
     monitor = Monitor(platform, backend)
     monitor.tick()
     execution.launch(platform, backend, tid)
