@@ -29,6 +29,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -51,6 +52,7 @@ from benchmarks.common import (
     zip_code,
 )
 from benchmarks.loadgen import hammer
+from tests.s3_server import moto_server
 
 ACCESS_KEY, SECRET_KEY = "AKIA-BENCH", "bench-secret"
 BUCKET, BARE_BUCKET = "dlaas-bench", "bare-bench"
@@ -113,23 +115,6 @@ def multipart(manifest_text: str, code: bytes) -> tuple[bytes, str]:
 
 
 @contextlib.contextmanager
-def moto_s3() -> Iterator[str]:
-    """moto's S3 server on a free port of 127.0.0.1 (as the tests start it); its netloc."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_answering(f"http://127.0.0.1:{port}/moto-api/", proc, timeout=60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(proc)
-
-
-@contextlib.contextmanager
 def bare_server(s3: str) -> Iterator[str]:
     """The baseline endpoint, with `dlaas up`'s uvicorn settings; its URL."""
     path = Path(tempfile.mkdtemp(prefix="dlaas-bare-")) / "bare_submit.py"
@@ -188,10 +173,11 @@ def run(quick: bool) -> list[Row]:
     ours, baseline = [], []
     accepted = 0
     with (
-        moto_s3() as s3,
+        moto_server() as s3_server,
         postgres_database("submit") as database_url,
         tempfile.TemporaryDirectory(prefix="dlaas-bench-") as tmp,
     ):
+        s3 = urlsplit(s3_server.url).netloc
         client = Minio(s3, ACCESS_KEY, SECRET_KEY, secure=False, region="us-east-1")
         client.make_bucket(BARE_BUCKET)
         catalog = Path(tmp) / "catalog.yaml"
