@@ -918,12 +918,16 @@ def usage(ctx: typer.Context, json_: JsonFlag = False) -> None:
     table = Table(box=None, header_style="bold")
     for column in ("LIMIT", "USED", "ALLOWED"):
         table.add_column(column)
-    for label, use in (
+    rows = [
         ("queued trainings", found.queued_trainings),
         ("active trainings", found.active_trainings),
+        ("active learners", found.active_nodes),
         ("deployments", found.deployments),
         ("stored bytes", found.stored_bytes),
-    ):
+    ]
+    for label, use in rows:
+        if use is None:
+            continue
         style = "red" if use.used >= use.limit else ""
         table.add_row(label, f"[{style}]{use.used}[/]" if style else str(use.used), str(use.limit))
     table.add_row("max_runtime default (s)", "", str(found.default_max_runtime))

@@ -246,6 +246,9 @@ class Usage:
     stored_bytes: Use
     default_max_runtime: int
     max_max_runtime: int
+    # The learner slots the tenant's active trainings hold, against the plan's
+    # max_active_nodes (None from a server that does not say).
+    active_nodes: Use | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -260,6 +263,7 @@ class Usage:
             stored_bytes=Use.from_json(data["stored_bytes"]),
             default_max_runtime=int(runtime["default"]),
             max_max_runtime=int(runtime["maximum"]),
+            active_nodes=Use.from_json(data["active_nodes"]) if "active_nodes" in data else None,
             raw=data,
         )
 

@@ -22,7 +22,7 @@ from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import parameter_server_count, tensorboard_metrics
 from service.domain.records import Secret
-from service.domain.reports import Report, clean_text
+from service.domain.reports import Report
 from service.domain.retries import Retries, final_message
 from service.domain.runtimes import install_command
 from service.domain.states import TrainingState
@@ -41,6 +41,7 @@ from service.trainings import (
     record_transition,
 )
 from worker.backends.base import Backend, Observation, StartRequest, check_observation
+from worker.installs import runtime_ready
 from worker.launchers.plan import TrainingSpec
 
 log = logging.getLogger("dlaas.worker")
@@ -118,89 +119,9 @@ def unsandboxed_refusal(
     )
 
 
-class _InstallProgress:
-    """Shows a runtime install's progress in a PENDING training's status_message: at most
-    one write every `every` seconds, and only while the training still waits for it."""
-
-    def __init__(
-        self, platform: Platform, training_id: str, runtime: str, every: float = 2.0
-    ) -> None:
-        self.platform, self.training_id, self.runtime = platform, training_id, runtime
-        self.every = every
-        self.started = time.monotonic()
-        self.written = 0.0
-
-    def prefix(self) -> str:
-        return f"installing the runtime '{self.runtime}' on its first use"
-
-    def __call__(self, line: str) -> None:
-        now = time.monotonic()
-        if now - self.written < self.every:
-            return
-        self.written = now
-        elapsed = int(now - self.started)
-        self.write(f"{self.prefix()} ({elapsed // 60}m{elapsed % 60:02d}s): {line.strip()}")
-
-    def write(self, message: str, unless_prefix: str | None = None) -> None:
-        with self.platform.sessions() as session:
-            training = repository.training_by_id(session, self.training_id)
-            if training is None or training.status != TrainingState.PENDING:
-                return
-            if unless_prefix and (training.status_message or "").startswith(unless_prefix):
-                return
-            training.status_message = clean_text(message)[:1000]
-            session.commit()
-
-
-def prepare_runtime(platform: Platform, training_id: str) -> bool:
-    """Install the training's runtime on its first use where the operator lets the platform
-    do so (DLAAS_RUNTIME_AUTO_INSTALL): the training waits in PENDING meanwhile, with the
-    install's progress in its status_message. False when the launch is not to go on now:
-    another launch is installing that runtime (the monitor sends this one again later),
-    or the install failed (the training FAILED, saying why)."""
-    with platform.sessions() as session:
-        training = repository.training_by_id(session, training_id)
-        if training is None or training.status != TrainingState.PENDING:
-            return True  # launch() decides
-        name = platform.catalog.runtime(training.framework_name, training.framework_version)
-    if (
-        name == runtimes.PLATFORM
-        or not platform.settings.runtime_auto_install
-        or platform.runtime(name) is not None
-    ):
-        return True
-    progress = _InstallProgress(platform, training_id, name)
-    try:
-        platform.install_runtime(name, progress, wait=False)
-    except runtimes.InstallInProgress:
-        progress.write(
-            f"waiting for the runtime '{name}', being installed on its first use",
-            unless_prefix=progress.prefix(),
-        )
-        return False
-    except runtimes.RuntimeBuildError as e:
-        last = str(e).strip().splitlines()[-1] if str(e).strip() else "no output"
-        log.error("installing the runtime %s for %s failed: %s", name, training_id, e)
-        with platform.sessions() as session:
-            training = repository.training_by_id(session, training_id)
-            if training is not None and training.status == TrainingState.PENDING:
-                record_transition(
-                    training,
-                    TrainingState.FAILED,
-                    f"the learners could not be started: the runtime '{name}' could not be "
-                    f"installed ({last}); its operator can run `{install_command(name)}` to "
-                    "see the whole build",
-                )
-                session.commit()
-        return False
-    progress.every = 0.0
-    progress(f"installed in {time.monotonic() - progress.started:.0f}s; starting the learners")
-    return True
-
-
 def launch(platform: Platform, backend: Backend, training_id: str) -> None:
-    if not prepare_runtime(platform, training_id):
-        return
+    if not runtime_ready(platform, training_id):
+        return  # its runtime is being installed; launched again when it is
     with platform.sessions() as session:
         training = repository.training_by_id(session, training_id)
         if training is None or training.status != TrainingState.PENDING:

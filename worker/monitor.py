@@ -5,8 +5,9 @@ learner's status changed or, in `dlaas up`, when the API wrote an intent) it
 1. observes the active trainings and applies service.domain.lifecycle's decision
    (progress, gang failure, completion, timeout, stop requests), recording each transition
    and each learner's state, then dispatches the actions (stop, finalize) to the worker;
-2. admits queued trainings (service.domain.admission: plan concurrency, backend slots,
-   gang start), moving them to PENDING and dispatching their launch;
+2. admits queued trainings (worker.admitting, service.domain.admission: plan concurrency
+   and learner slots, backend slots, gang start), moving them to PENDING and dispatching
+   their launch;
 3. deletes terminal trainings whose deletion was requested while they ran.
 
 Which trainings a pass observes: every active one where the backend cannot say which
@@ -42,7 +43,6 @@ from service.db import repository
 from service.db.models import Training, utcnow
 from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
-from service.domain.admission import admit
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
@@ -56,6 +56,7 @@ from service.trainings import (
     record_restart,
     record_transition,
 )
+from worker.admitting import admit_queued
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation, check_observation
 
@@ -126,7 +127,7 @@ class Monitor:
                 if full:
                     for training_id in set(self._failing) - set(ids):
                         del self._failing[training_id]  # ended, or deleted: no longer watched
-                self._admit(session, outbox)
+                admit_queued(session, self.platform.catalog.plans, self.backend, outbox)
                 session.commit()
                 if full:
                     self._release_ended(session, set(ids), outbox)
@@ -294,42 +295,6 @@ class Monitor:
         for action in decision.actions:
             outbox.append((FINALIZE if action == Action.FINALIZE else STOP, training.id))
         return None
-
-    def _admit(self, session: Session, outbox: list[tuple[str, str]]) -> None:
-        queued = repository.queued_candidates(session)
-        if not queued:
-            return
-        per_tenant, held_nodes = repository.active_load(session)
-        plans = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
-        catalog = self.platform.catalog.plans
-        concurrency = {
-            tid: catalog[plan].max_concurrent_trainings if plan in catalog else 0
-            for tid, plan in plans.items()
-        }
-        free = self.backend.slots() - held_nodes
-        admitted = set(
-            admit(
-                queued,
-                active_per_tenant=per_tenant,
-                concurrency_per_tenant=concurrency,
-                free_slots=free,
-            )
-        )
-        never_fit = {c.training_id for c in queued if c.nodes > self.backend.slots()}
-        # Only the trainings that change are loaded as objects (most of a queue waits).
-        for training in repository.queued_trainings_among(session, admitted | never_fit):
-            if training.id in admitted:
-                record_transition(
-                    training, TrainingState.PENDING, f"starting {training.nodes} learner(s)"
-                )
-                outbox.append((LAUNCH, training.id))
-            elif training.nodes > self.backend.slots():
-                record_transition(
-                    training,
-                    TrainingState.FAILED,
-                    f"capacity: {training.nodes} learners can never fit this platform's "
-                    f"{self.backend.slots()} learner slots",
-                )
 
     def _release_ended(
         self, session: Session, active: set[str], outbox: list[tuple[str, str]]

@@ -31,6 +31,10 @@ class UsageOut(BaseModel):
     active_trainings: Use = Field(
         description="Trainings past QUEUED and not ended; more wait in the queue."
     )
+    active_nodes: Use = Field(
+        description="Learner slots (nodes) the tenant's active trainings hold, against the "
+        "plan's max_active_nodes; a training that would go over waits in the queue."
+    )
     deployments: Use = Field(description="Deployments kept, any status; more are refused (429).")
     stored_bytes: Use = Field(
         description="Code archives and results of the tenant's trainings; a submission "
@@ -55,6 +59,10 @@ def get_usage(tenant: CurrentTenant, platform: PlatformDep, session: SessionDep)
         active_trainings=Use(
             used=repository.tenant_training_count(session, tenant.id, *ACTIVE_STATES),
             limit=plan.max_concurrent_trainings,
+        ),
+        active_nodes=Use(
+            used=repository.tenant_active_nodes(session, tenant.id),
+            limit=plan.active_nodes_limit,
         ),
         deployments=Use(
             used=repository.tenant_deployment_count(session, tenant.id),

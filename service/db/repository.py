@@ -183,20 +183,70 @@ def active_trainings_among(
     return session.scalars(stmt).all()
 
 
-def active_load(session: Session) -> tuple[dict[str, int], int]:
-    """The active trainings per tenant, and the learners (nodes) they hold in all: what
-    admission weighs, counted by the database rather than by loading every training."""
+@dataclass(frozen=True)
+class ActiveLoad:
+    """What the active trainings hold, per tenant: trainings and learners (nodes)."""
+
+    trainings: dict[str, int]
+    nodes: dict[str, int]
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.nodes.values())
+
+
+def active_load(session: Session) -> ActiveLoad:
+    """The active trainings per tenant, and the learners (nodes) they hold: what admission
+    weighs, counted by the database rather than by loading every training."""
     stmt = (
         select(Training.tenant_id, func.count(), func.coalesce(func.sum(Training.nodes), 0))
         .where(Training.status.in_(ACTIVE_STATES))
         .group_by(Training.tenant_id)
     )
-    per_tenant: dict[str, int] = {}
-    nodes = 0
+    trainings: dict[str, int] = {}
+    nodes: dict[str, int] = {}
     for tenant_id, count, tenant_nodes in session.execute(stmt):
-        per_tenant[tenant_id] = int(count)
-        nodes += int(tenant_nodes)
-    return per_tenant, nodes
+        trainings[tenant_id] = int(count)
+        nodes[tenant_id] = int(tenant_nodes)
+    return ActiveLoad(trainings, nodes)
+
+
+def tenant_active_nodes(session: Session, tenant_id: str) -> int:
+    """The learners (nodes) the tenant's active trainings hold."""
+    stmt = select(func.coalesce(func.sum(Training.nodes), 0)).where(
+        Training.tenant_id == tenant_id, Training.status.in_(ACTIVE_STATES)
+    )
+    return int(session.scalar(stmt) or 0)
+
+
+def set_queued_messages(session: Session, messages: dict[str, str], clear_prefix: str) -> None:
+    """Set the status_message of these QUEUED trainings (id: message) where it differs, and
+    clear, on every other QUEUED training, a message starting with `clear_prefix` (one that
+    no longer holds). One UPDATE per distinct message: the monitor calls it every pass."""
+    by_message: dict[str, list[str]] = {}
+    for training_id, message in messages.items():
+        by_message.setdefault(message, []).append(training_id)
+    queued = Training.status == TrainingState.QUEUED
+    for message, ids in by_message.items():
+        session.execute(
+            update(Training)
+            .where(
+                queued,
+                Training.id.in_(ids),
+                or_(Training.status_message.is_(None), Training.status_message != message),
+            )
+            .values(status_message=message)
+            .execution_options(synchronize_session=False)
+        )
+    stale = [queued, Training.status_message.startswith(clear_prefix, autoescape=True)]
+    if messages:
+        stale.append(Training.id.not_in(list(messages)))
+    session.execute(
+        update(Training)
+        .where(*stale)
+        .values(status_message=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def active_training_ids(session: Session) -> Sequence[str]:

@@ -2,15 +2,21 @@
 
 A training starts all of its learners or none (gang start): it is admitted only when the
 backend has a free slot for every one of its nodes. Trainings are considered oldest first;
-one whose tenant is at its plan's concurrency waits without holding others back, but one
-that does not fit the free capacity stops admission for this pass, so large trainings are
-not starved by a stream of small ones.
+one whose tenant is at its plan's concurrency (`max_concurrent_trainings`) or would go over
+its plan's learner slots (`max_active_nodes`) waits without holding other tenants back, and
+a tenant's later trainings wait behind it (oldest first within a tenant); but one that does
+not fit the free capacity stops admission for this pass, so large trainings are not starved
+by a stream of small ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# The start of the status_message of a QUEUED training held back by its plan's
+# max_active_nodes: the monitor writes it, and clears it once that no longer holds.
+NODE_LIMIT_MESSAGE = "waiting: the plan allows"
 
 
 @dataclass(frozen=True)
@@ -20,22 +26,60 @@ class Candidate:
     nodes: int
 
 
+@dataclass(frozen=True)
+class NodeLimitWait:
+    """A queued training that waits because its tenant's active trainings hold `in_use` of
+    the `limit` learner slots its plan allows (max_active_nodes)."""
+
+    limit: int
+    in_use: int
+
+    def message(self) -> str:
+        return f"{NODE_LIMIT_MESSAGE} {self.limit} active learners; {self.in_use} in use"
+
+
+@dataclass(frozen=True)
+class Admission:
+    started: list[str] = field(default_factory=list)
+    """The ids of the trainings to start now, oldest first."""
+    waiting_on_nodes: dict[str, NodeLimitWait] = field(default_factory=dict)
+    """The trainings held back by their plan's max_active_nodes (by id)."""
+
+
 def admit(
     queued: Sequence[Candidate],
     *,
     active_per_tenant: Mapping[str, int],
     concurrency_per_tenant: Mapping[str, int],
     free_slots: int,
-) -> list[str]:
-    """The ids of the queued trainings (oldest first in `queued`) to start now."""
-    admitted: list[str] = []
+    active_nodes_per_tenant: Mapping[str, int] | None = None,
+    node_limit_per_tenant: Mapping[str, int] | None = None,
+) -> Admission:
+    """Which of the queued trainings (oldest first in `queued`) start now.
+
+    `active_nodes_per_tenant`: the learners each tenant's active trainings hold;
+    `node_limit_per_tenant`: how many its plan allows (a tenant not in it: no limit)."""
+    result = Admission()
     active = dict(active_per_tenant)
+    nodes_held = dict(active_nodes_per_tenant or {})
+    node_limits = node_limit_per_tenant or {}
+    held_tenants: set[str] = set()
     for candidate in queued:
-        if active.get(candidate.tenant_id, 0) >= concurrency_per_tenant.get(candidate.tenant_id, 0):
+        tenant = candidate.tenant_id
+        if active.get(tenant, 0) >= concurrency_per_tenant.get(tenant, 0):
+            continue
+        limit = node_limits.get(tenant)
+        in_use = nodes_held.get(tenant, 0)
+        if tenant in held_tenants or (limit is not None and in_use + candidate.nodes > limit):
+            # Its later trainings wait behind it, however small: oldest first.
+            held_tenants.add(tenant)
+            if limit is not None:
+                result.waiting_on_nodes[candidate.training_id] = NodeLimitWait(limit, in_use)
             continue
         if candidate.nodes > free_slots:
             break
-        admitted.append(candidate.training_id)
+        result.started.append(candidate.training_id)
         free_slots -= candidate.nodes
-        active[candidate.tenant_id] = active.get(candidate.tenant_id, 0) + 1
-    return admitted
+        active[tenant] = active.get(tenant, 0) + 1
+        nodes_held[tenant] = in_use + candidate.nodes
+    return result

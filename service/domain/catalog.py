@@ -110,6 +110,10 @@ class PlanSpec(_Frozen):
     max_nodes: int = Field(ge=1)
     max_concurrent_trainings: int = Field(ge=1)
     predictions_per_minute: int = Field(ge=1)
+    # Learner slots (nodes) the tenant's active trainings may hold at once, all together:
+    # one tenant cannot hold every slot of the machine or cluster. Unset: max_nodes times
+    # max_concurrent_trainings (no bound beyond those two); see `active_nodes_limit`.
+    max_active_nodes: int | None = Field(default=None, ge=1)
     # Bounded use (service.domain.quotas): trainings waiting in the queue, deployments
     # kept, and the max_runtime a manifest gets when it names none and may name at most.
     max_queued_trainings: int = Field(default=20, ge=1)
@@ -130,6 +134,13 @@ class PlanSpec(_Frozen):
         if self.default_max_runtime > self.max_max_runtime:
             raise ValueError("default_max_runtime must not exceed max_max_runtime")
         return self
+
+    @property
+    def active_nodes_limit(self) -> int:
+        """The learner slots the tenant's active trainings may hold at once."""
+        if self.max_active_nodes is not None:
+            return self.max_active_nodes
+        return self.max_nodes * self.max_concurrent_trainings
 
 
 class Catalog(_Frozen):

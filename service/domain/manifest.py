@@ -556,6 +556,12 @@ def _plan_errors(
             "/compute_configuration/nodes",
             f"the {plan_name} plan allows at most {plan.max_nodes} nodes",
         )
+    elif nodes > plan.active_nodes_limit:
+        yield FieldError(
+            "/compute_configuration/nodes",
+            f"the {plan_name} plan allows at most {plan.active_nodes_limit} active learners "
+            f"at once (max_active_nodes); got {nodes} nodes",
+        )
 
 
 def load_manifest(data: Mapping[str, Any], catalog: Catalog, plan_name: str) -> Manifest:

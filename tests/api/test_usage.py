@@ -118,6 +118,7 @@ def test_usage_shows_the_use_against_the_plan(client: TestClient, platform: Plat
         "plan": "lite",
         "queued_trainings": {"used": 0, "limit": LITE.max_queued_trainings},
         "active_trainings": {"used": 0, "limit": LITE.max_concurrent_trainings},
+        "active_nodes": {"used": 0, "limit": LITE.active_nodes_limit},
         "deployments": {"used": 0, "limit": LITE.max_deployments},
         "stored_bytes": {"used": 0, "limit": LITE.max_stored_bytes},
         "max_runtime": {"default": LITE.default_max_runtime, "maximum": LITE.max_max_runtime},

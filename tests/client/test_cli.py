@@ -160,6 +160,7 @@ def test_usage_prints_the_use_against_the_plan(capsys: pytest.CaptureFixture[str
     lines = [" ".join(line.split()) for line in out.splitlines()]
     assert f"queued trainings 0 {lite.max_queued_trainings}" in lines
     assert f"deployments 0 {lite.max_deployments}" in lines
+    assert f"active learners 0 {lite.active_nodes_limit}" in lines
     assert f"max_runtime maximum (s) {lite.max_max_runtime}" in lines
 
 

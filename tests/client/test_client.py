@@ -622,6 +622,7 @@ def test_usage_and_a_plan_limit_through_the_client(
     assert (usage.tenant_id, usage.plan) == (tenant.id, "lite")
     assert usage.queued_trainings == Use(0, lite.max_queued_trainings)
     assert usage.deployments == Use(0, lite.max_deployments)
+    assert usage.active_nodes == Use(0, lite.active_nodes_limit)
     assert (usage.default_max_runtime, usage.max_max_runtime) == (
         lite.default_max_runtime,
         lite.max_max_runtime,

@@ -1,0 +1,71 @@
+"""The monitor's admission step: which queued trainings start now (the rules are
+service.domain.admission's), recorded in the database with their LAUNCH to send.
+
+A queued training held back by its plan's max_active_nodes says so in its status_message
+(and no longer once that limit does not hold it); one that can never start (more learners
+than the platform's slots, or than its plan's max_active_nodes) is failed, saying why.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from service.db import repository
+from service.dispatch import LAUNCH
+from service.domain.admission import NODE_LIMIT_MESSAGE, admit
+from service.domain.catalog import PlanSpec
+from service.domain.states import TrainingState
+from service.trainings import record_transition
+from worker.backends.base import Backend
+
+
+def admit_queued(
+    session: Session,
+    plans_offered: dict[str, PlanSpec],
+    backend: Backend,
+    outbox: list[tuple[str, str]],
+) -> None:
+    """Move the trainings admitted now to PENDING and add their LAUNCH to `outbox`."""
+    queued = repository.queued_candidates(session)
+    if not queued:
+        return
+    load = repository.active_load(session)
+    plan_of = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
+    plans = {tid: plans_offered[plan] for tid, plan in plan_of.items() if plan in plans_offered}
+    slots = backend.slots()
+    admission = admit(
+        queued,
+        active_per_tenant=load.trainings,
+        concurrency_per_tenant={tid: p.max_concurrent_trainings for tid, p in plans.items()},
+        free_slots=slots - load.total_nodes,
+        active_nodes_per_tenant=load.nodes,
+        node_limit_per_tenant={tid: p.active_nodes_limit for tid, p in plans.items()},
+    )
+    admitted = set(admission.started)
+    never_fit: dict[str, str] = {}
+    for c in queued:
+        if c.nodes > slots:
+            never_fit[c.training_id] = (
+                f"capacity: {c.nodes} learners can never fit this platform's {slots} learner slots"
+            )
+        elif c.tenant_id in plans and c.nodes > (limit := plans[c.tenant_id].active_nodes_limit):
+            # Accepted under a plan that allowed more (the catalog changed since).
+            never_fit[c.training_id] = (
+                f"capacity: {c.nodes} learners can never fit the plan's {limit} active "
+                "learners (max_active_nodes)"
+            )
+    waiting = {
+        tid: wait.message()
+        for tid, wait in admission.waiting_on_nodes.items()
+        if tid not in never_fit
+    }
+    repository.set_queued_messages(session, waiting, NODE_LIMIT_MESSAGE)
+    # Only the trainings that change are loaded as objects (most of a queue waits).
+    for training in repository.queued_trainings_among(session, admitted | set(never_fit)):
+        if training.id in admitted:
+            record_transition(
+                training, TrainingState.PENDING, f"starting {training.nodes} learner(s)"
+            )
+            outbox.append((LAUNCH, training.id))
+        else:
+            record_transition(training, TrainingState.FAILED, never_fit[training.id])
