@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest body of a prediction request (413 above).",
     )
+    auth_failures_per_minute: int = Field(
+        default=120,
+        gt=0,
+        description="Requests with a missing or wrong API key one client address may make a "
+        "minute (a bucket of that many, refilled over a minute); past it the address's "
+        "requests with a key not already known are answered 429 before the key is looked up.",
+    )
     max_log_followers_per_tenant: int = Field(
         default=8,
         gt=0,

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 
 from service.http.limits import BodyCap, BodyLimits, RequestGate
 from service.http.problems import document_problems, install_problem_handlers
+from service.http.rates import RequestRates, open_buckets
 from service.platform import Platform
 
 
@@ -36,6 +37,15 @@ def body_limits(platform: Platform) -> BodyLimits:
     )
 
 
+def request_rates(platform: Platform) -> RequestRates:
+    """The request rates of service.http.rates: in Redis where the platform has it, else
+    in this process."""
+    settings = platform.settings
+    return RequestRates(
+        open_buckets(settings.resolved_rate_limit_url), settings.auth_failures_per_minute
+    )
+
+
 def install_common(
     app: FastAPI,
     platform: Platform,
@@ -50,6 +60,7 @@ def install_common(
     inside the gate. `public_paths` (and the app's docs), and every path under
     `public_prefixes`, need no key."""
     app.state.platform = platform
+    app.state.request_rates = rates = request_rates(platform)
     for middleware in fast_paths:
         app.add_middleware(middleware)
     docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
@@ -58,6 +69,7 @@ def install_common(
         RequestGate,
         platform=platform,
         limits=body_limits(platform),
+        rates=rates,
         public_paths=public,
         public_prefixes=public_prefixes,
     )
