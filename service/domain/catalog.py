@@ -112,8 +112,8 @@ class PlanSpec(_Frozen):
     predictions_per_minute: int = Field(ge=1)
     # Requests a second to the REST API and the scoring gRPC port, across all the tenant's
     # keys (a token bucket that holds `request_burst`; service.http.rates).
-    requests_per_second: float = Field(default=1000, gt=0)
-    request_burst: int = Field(default=2000, ge=1)
+    requests_per_second: float = Field(default=10_000, gt=0)
+    request_burst: int = Field(default=20_000, ge=1)
     # Bounded use (service.domain.quotas): trainings waiting in the queue, deployments
     # kept, and the max_runtime a manifest gets when it names none and may name at most.
     max_queued_trainings: int = Field(default=20, ge=1)
@@ -243,8 +243,8 @@ DEFAULT_CATALOG = Catalog(
             max_nodes=1,
             max_concurrent_trainings=1,
             predictions_per_minute=500,
-            requests_per_second=100,
-            request_burst=200,
+            requests_per_second=50,
+            request_burst=100,
             max_queued_trainings=5,
             max_deployments=2,
             max_stored_bytes=5 * 2**30,

@@ -42,7 +42,9 @@ def request_rates(platform: Platform) -> RequestRates:
     in this process."""
     settings = platform.settings
     return RequestRates(
-        open_buckets(settings.resolved_rate_limit_url), settings.auth_failures_per_minute
+        open_buckets(settings.resolved_rate_limit_url),
+        settings.auth_failures_per_minute,
+        pause=settings.rate_limit_pause_seconds,
     )
 
 

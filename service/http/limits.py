@@ -99,14 +99,18 @@ class CallerCheck:
 
     async def _tenant(self, key_of: Callable[[], str], address: str) -> TenantRef | None:
         key = key_of()
-        known = self.platform.tenant_keys.get(hash_api_key(key))
+        key_hash = hash_api_key(key)
+        keys = self.platform.tenant_keys
+        known = keys.get(key_hash)
         if known is not None:
             return known
         if keys_match(key, self.platform.admin_key):
             return None
         # A key this process does not know costs a database lookup: not once the address
-        # has spent its budget of bad ones.
-        await self.rates.check_failures(address)
+        # has spent its budget of bad ones. (A key it knows, whose revocations are due to
+        # be looked at again, is looked up: the bad keys of its address do not lock it out.)
+        if not keys.remembered(key_hash):
+            await self.rates.check_failures(address)
         try:
             return await run_in_threadpool(authenticate, self.platform, key)
         except DATABASE_UNAVAILABLE as e:  # out here no exception handler of the app sees it

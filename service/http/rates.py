@@ -18,10 +18,11 @@ platform: one process serves the API, the dashboard and scoring) they live in th
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from service.auth import TenantRef
 from service.domain.buckets import Bucket, Take, idle_seconds, take
@@ -30,6 +31,8 @@ from service.errors import FieldError, TooManyRequests
 
 FAILURE_WINDOW_SECONDS = 60
 PREFIX = "dlaas:requests"
+# The most refusals a process holds back at once (RequestRates).
+MAX_PAUSED = 1024
 
 
 class BucketStore(Protocol):
@@ -117,11 +120,38 @@ def open_buckets(redis_url: str | None) -> BucketStore:
 
 
 class RequestRates:
-    """The two limits of the module's docstring over one bucket store."""
+    """The two limits of the module's docstring over one bucket store.
 
-    def __init__(self, store: BucketStore, failures_per_minute: int) -> None:
+    A refusal (429) is answered after `pause` seconds: a flood whose connections wait
+    for each answer before sending the next (most clients, and every keep-alive one) then
+    sends at most one request per connection per `pause`, instead of making the server
+    spend, answering refusals, the time it owes other tenants. A paused refusal holds no
+    thread, only its connection; at most `max_paused` wait at once in a process, and the
+    others are answered at once.
+    """
+
+    def __init__(
+        self,
+        store: BucketStore,
+        failures_per_minute: int,
+        *,
+        pause: float = 0.0,
+        max_paused: int = MAX_PAUSED,
+    ) -> None:
         self.store = store
         self.failures_per_minute = failures_per_minute
+        self.pause = pause
+        self.max_paused = max_paused
+        self.paused = 0
+
+    async def _refuse(self, error: TooManyRequests) -> NoReturn:
+        if self.pause > 0 and self.paused < self.max_paused:
+            self.paused += 1
+            try:
+                await asyncio.sleep(self.pause)
+            finally:
+                self.paused -= 1
+        raise error
 
     async def tenant_request(self, tenant: TenantRef, plan: PlanSpec) -> None:
         """Count one request of the tenant; TooManyRequests when its plan's rate is spent."""
@@ -133,12 +163,14 @@ class RequestRates:
             need=1,
         )
         if not answer.allowed:
-            raise TooManyRequests(
-                f"the {tenant.plan} plan allows {plan.requests_per_second:g} requests a "
-                f"second (requests_per_second, with bursts of {plan.request_burst}); "
-                f"retry in {answer.retry_after} s",
-                retry_after=answer.retry_after,
-                errors=[FieldError("requests_per_second", "the plan's request rate is spent")],
+            await self._refuse(
+                TooManyRequests(
+                    f"the {tenant.plan} plan allows {plan.requests_per_second:g} requests a "
+                    f"second (requests_per_second, with bursts of {plan.request_burst}); "
+                    f"retry in {answer.retry_after} s",
+                    retry_after=answer.retry_after,
+                    errors=[FieldError("requests_per_second", "the plan's request rate is spent")],
+                )
             )
 
     def _failures(self, address: str) -> dict[str, Any]:
@@ -162,11 +194,11 @@ class RequestRates:
         """TooManyRequests once `address` has spent its budget of bad keys (takes none)."""
         answer = await self.store.take(**self._failures(address), cost=0)
         if not answer.allowed:
-            raise self._spent(answer)
+            await self._refuse(self._spent(answer))
 
     async def failed(self, address: str) -> None:
         """Count one request with a missing or wrong key from `address`; TooManyRequests
         when its budget was already spent."""
         answer = await self.store.take(**self._failures(address), cost=1)
         if not answer.allowed:
-            raise self._spent(answer)
+            await self._refuse(self._spent(answer))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -148,3 +149,22 @@ def test_an_address_has_a_budget_of_bad_keys_a_minute() -> None:
     assert asyncio.run(run()) == ["counted", "counted", "counted", "20", "20"]
     clock.now += 20  # one failure a 20 s back
     asyncio.run(rates.check_failures("10.0.0.1"))
+
+
+def test_refusals_wait_the_pause_but_no_more_than_max_paused_at_once() -> None:
+    rates = RequestRates(LocalBuckets(Clock()), failures_per_minute=1, pause=0.3, max_paused=2)
+
+    async def refused() -> float:
+        started = time.monotonic()
+        with pytest.raises(TooManyRequests):
+            await rates.check_failures("10.0.0.1")
+        return time.monotonic() - started
+
+    async def run() -> list[float]:
+        await rates.failed("10.0.0.1")
+        return list(await asyncio.gather(*(refused() for _ in range(3))))
+
+    waits = sorted(asyncio.run(run()))
+    assert waits[0] < 0.1  # the third found two waiting and was answered at once
+    assert waits[1] >= 0.3 and waits[2] >= 0.3
+    assert rates.paused == 0
