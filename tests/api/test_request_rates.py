@@ -143,3 +143,11 @@ def test_refusals_are_answered_after_the_pause(settings: Settings) -> None:
             assert time.monotonic() - started >= 0.5
     finally:
         platform.close()
+
+
+def test_every_keyed_operation_documents_the_429(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/trainings/{training_id}", "/v1/usage", "/v1/deployments"):
+        for operation in paths[path].values():
+            assert "429" in operation["responses"], (path, operation["operationId"])
+    assert "429" not in paths["/healthz"]["get"]["responses"]
