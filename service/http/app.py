@@ -55,12 +55,15 @@ def install_common(
     fast_paths: Sequence[Any] = (),
     public_paths: Collection[str] = (),
     public_prefixes: Collection[str] = (),
+    forwarded_predictions: bool = False,
 ) -> None:
     """What every app of the platform has: its platform, the request gate (the caller's
     key, then each route's body cap, before a body is read), the problem+json error
     handlers, and `fast_paths`: middleware that answers some requests ahead of routing,
     inside the gate. `public_paths` (and the app's docs), and every path under
-    `public_prefixes`, need no key."""
+    `public_prefixes`, need no key. With `forwarded_predictions` (the app forwards them
+    to the scoring service, whose own gate counts them) predictions are not counted
+    against the tenant's request rate here."""
     app.state.platform = platform
     app.state.request_rates = rates = request_rates(platform)
     for middleware in fast_paths:
@@ -74,6 +77,7 @@ def install_common(
         rates=rates,
         public_paths=public,
         public_prefixes=public_prefixes,
+        forwarded_predictions=forwarded_predictions,
     )
     install_problem_handlers(app)
     generate = app.openapi

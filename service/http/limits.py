@@ -82,16 +82,19 @@ class CallerCheck:
         self.platform = platform
         self.rates = rates
 
-    async def check(self, key_of: Callable[[], str], address: str) -> TenantRef | None:
+    async def check(
+        self, key_of: Callable[[], str], address: str, *, count: bool = True
+    ) -> TenantRef | None:
         """The caller's tenant (None for the admin key). Unauthorized unless `key_of`
-        gives a key of this platform; TooManyRequests when the tenant's rate, or the
-        address's budget of bad keys, is spent."""
+        gives a key of this platform; TooManyRequests when the tenant's rate (unless not
+        `count`: another process counts the request), or the address's budget of bad
+        keys, is spent."""
         try:
             tenant = await self._tenant(key_of, address)
         except Unauthorized:
             await self.rates.failed(address)  # TooManyRequests once the budget is spent
             raise
-        if tenant is not None:
+        if tenant is not None and count:
             plan = self.platform.catalog.plans.get(tenant.plan)
             if plan is not None:
                 await self.rates.tenant_request(tenant, plan)
@@ -140,8 +143,10 @@ class RequestGate:
         rates: RequestRates,
         public_paths: Collection[str] = (),
         public_prefixes: Collection[str] = (),
+        forwarded_predictions: bool = False,
     ) -> None:
         self.app = app
+        self.forwarded_predictions = forwarded_predictions
         self.platform = platform
         self.limits = limits
         self.callers = CallerCheck(platform, rates)
@@ -193,7 +198,14 @@ class RequestGate:
                 await self._refuse(response, scope, receive, send)
 
     async def _check_caller(self, scope: Scope) -> None:
-        await self.callers.check(lambda: caller_key(Request(scope)), client_address(scope))
+        # A prediction this app forwards to the scoring service is counted there.
+        count = not (
+            self.forwarded_predictions
+            and scope["method"] == "POST"
+            and _PREDICTIONS.fullmatch(scope["path"])
+        )
+        key_of = lambda: caller_key(Request(scope))  # noqa: E731
+        await self.callers.check(key_of, client_address(scope), count=count)
 
     @staticmethod
     async def _refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:

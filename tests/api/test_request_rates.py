@@ -151,3 +151,29 @@ def test_every_keyed_operation_documents_the_429(client: TestClient) -> None:
         for operation in paths[path].values():
             assert "429" in operation["responses"], (path, operation["operationId"])
     assert "429" not in paths["/healthz"]["get"]["responses"]
+
+
+def test_forwarded_predictions_are_counted_by_the_scoring_service_alone(
+    settings: Settings,
+) -> None:
+    """With DLAAS_SCORING_URL the API forwards predictions; the scoring service's own gate
+    counts them (its rates shared through Redis), so the API does not count them again."""
+    update = {"scoring_url": "http://127.0.0.1:9", "rate_limit_pause_seconds": 0}
+    platform = Platform.from_settings(settings.model_copy(update=update))
+    lite = platform.catalog.plans["lite"].model_copy(
+        update={"requests_per_second": 1 / 60, "request_burst": BURST}
+    )
+    platform.catalog = platform.catalog.model_copy(
+        update={"plans": {**platform.catalog.plans, "lite": lite}}
+    )
+    try:
+        with TestClient(create_app(platform=platform), raise_server_exceptions=False) as c:
+            noisy = create_tenant(c, "noisy", "lite")
+            for _ in range(BURST + 2):
+                r = c.post("/v1/deployments/d1/predictions", json={"instances": []}, headers=noisy)
+                assert r.status_code != 429, r.text
+            for _ in range(BURST):
+                assert c.get("/v1/trainings", headers=noisy).status_code == 200
+            assert_too_many(c.get("/v1/trainings", headers=noisy), "requests_per_second", 60)
+    finally:
+        platform.close()
