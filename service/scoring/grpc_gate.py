@@ -44,6 +44,10 @@ def metadata_key(metadata: Any) -> str:
     return key_of_header("")
 
 
+async def _unchecked(request: Any, context: aio.ServicerContext) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a streaming method is not served")
+
+
 class CallerGate(aio.ServerInterceptor):  # type: ignore[misc]
     """The server interceptor of the module's docstring."""
 
@@ -57,8 +61,12 @@ class CallerGate(aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.response_streaming:
+        if handler is None:
             return handler
+        if handler.request_streaming or handler.response_streaming:
+            # Every method of the service is unary; a streaming one would pass unchecked,
+            # so it is refused until this gate learns to check it.
+            return grpc.unary_unary_rpc_method_handler(_unchecked)
         metadata = handler_call_details.invocation_metadata
         unary = handler.unary_unary
         callers = self.callers

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from service.api.app import create_app
 from service.platform import Platform
 from service.scoring import grpc_api
+from service.scoring.grpc_gate import peer_host
 from service.settings import Settings
 from tests.conftest import create_tenant
 
@@ -137,3 +138,16 @@ def test_bad_keys_spend_the_address_budget(served: Served, parsed: list[int]) ->
     assert "DLAAS_AUTH_FAILURES_PER_MINUTE" in error.details()
     assert trailing(error)["retry-after"] == "15"
     assert parsed == []
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("ipv4:127.0.0.1:50051", "127.0.0.1"),
+        ("ipv6:[::1]:50051", "::1"),
+        ("ipv6:[2001:db8::7]:443", "2001:db8::7"),
+        ("unix:/run/dlaas.sock", "unix:/run/dlaas.sock"),
+    ],
+)
+def test_peer_host(peer: str, host: str) -> None:
+    assert peer_host(peer) == host
