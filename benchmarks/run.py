@@ -28,6 +28,7 @@ BENCHMARKS = [
     "api",
     "log_throughput",
     "submit_throughput",
+    "noisy_neighbour",
     "scoring",
     "ddl_allreduce",
     "k8s",

@@ -81,8 +81,10 @@ class TooManyRequests(DlaasError):
     title = "Too many requests"
     slug = "too-many-requests"
 
-    def __init__(self, detail: str, *, retry_after: int) -> None:
-        super().__init__(detail)
+    def __init__(
+        self, detail: str, *, retry_after: int, errors: list[FieldError] | None = None
+    ) -> None:
+        super().__init__(detail, errors=errors)
         self.retry_after = retry_after
         self.headers["Retry-After"] = str(retry_after)
 

@@ -77,6 +77,11 @@ class KeyCache:
             return None
         return self._keys.get(key_hash)
 
+    def remembered(self, key_hash: str) -> bool:
+        """Whether the key was found in the last `ttl` seconds, however long ago the
+        revocations were looked at (`get` answers it only after `refresh`)."""
+        return self._keys.get(key_hash) is not None
+
     def refresh(self, read_epoch: Callable[[], int]) -> None:
         """Read the revocation counter if the last look is `check_every` old (one thread
         reads; the others wait for it), and forget every key if it moved."""

@@ -70,6 +70,20 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest body of a prediction request (413 above).",
     )
+    auth_failures_per_minute: int = Field(
+        default=120,
+        gt=0,
+        description="Requests with a missing or wrong API key one client address may make a "
+        "minute (a bucket of that many, refilled over a minute); past it the address's "
+        "requests with a key not already known are answered 429 before the key is looked up.",
+    )
+    rate_limit_pause_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="How long a request refused for a request rate (429) waits before its "
+        "answer, holding no thread: a client that waits for each answer then floods at one "
+        "request per connection per pause (at most 1,024 refusals wait at once per process).",
+    )
     max_log_followers_per_tenant: int = Field(
         default=8,
         gt=0,

@@ -66,6 +66,8 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         public_paths=(*health.PUBLIC_PATHS, ui.PREFIX),
         # The dashboard's pages ask for a key themselves (its sign-in page needs none).
         public_prefixes=(f"{ui.PREFIX}/",),
+        # With DLAAS_SCORING_URL predictions are forwarded, and counted, there.
+        forwarded_predictions=bool(platform.settings.scoring_url),
     )
     # Routes are matched in order: the hot paths first (predictions, then trainings).
     app.include_router(predictions.predictions_router(platform))

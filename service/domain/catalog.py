@@ -114,6 +114,10 @@ class PlanSpec(_Frozen):
     # one tenant cannot hold every slot of the machine or cluster. Unset: max_nodes times
     # max_concurrent_trainings (no bound beyond those two); see `active_nodes_limit`.
     max_active_nodes: int | None = Field(default=None, ge=1)
+    # Requests a second to the REST API and the scoring gRPC port, across all the tenant's
+    # keys (a token bucket that holds `request_burst`; service.http.rates).
+    requests_per_second: float = Field(default=10_000, gt=0)
+    request_burst: int = Field(default=20_000, ge=1)
     # Bounded use (service.domain.quotas): trainings waiting in the queue, deployments
     # kept, and the max_runtime a manifest gets when it names none and may name at most.
     max_queued_trainings: int = Field(default=20, ge=1)
@@ -250,6 +254,8 @@ DEFAULT_CATALOG = Catalog(
             max_nodes=1,
             max_concurrent_trainings=1,
             predictions_per_minute=500,
+            requests_per_second=50,
+            request_burst=100,
             max_queued_trainings=5,
             max_deployments=2,
             max_stored_bytes=5 * 2**30,

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 
 from service.http.limits import BodyCap, BodyLimits, RequestGate
 from service.http.problems import document_problems, install_problem_handlers
+from service.http.rates import RequestRates, open_buckets
 from service.platform import Platform
 
 
@@ -36,6 +37,17 @@ def body_limits(platform: Platform) -> BodyLimits:
     )
 
 
+def request_rates(platform: Platform) -> RequestRates:
+    """The request rates of service.http.rates: in Redis where the platform has it, else
+    in this process."""
+    settings = platform.settings
+    return RequestRates(
+        open_buckets(settings.resolved_rate_limit_url),
+        settings.auth_failures_per_minute,
+        pause=settings.rate_limit_pause_seconds,
+    )
+
+
 def install_common(
     app: FastAPI,
     platform: Platform,
@@ -43,13 +55,17 @@ def install_common(
     fast_paths: Sequence[Any] = (),
     public_paths: Collection[str] = (),
     public_prefixes: Collection[str] = (),
+    forwarded_predictions: bool = False,
 ) -> None:
     """What every app of the platform has: its platform, the request gate (the caller's
     key, then each route's body cap, before a body is read), the problem+json error
     handlers, and `fast_paths`: middleware that answers some requests ahead of routing,
     inside the gate. `public_paths` (and the app's docs), and every path under
-    `public_prefixes`, need no key."""
+    `public_prefixes`, need no key. With `forwarded_predictions` (the app forwards them
+    to the scoring service, whose own gate counts them) predictions are not counted
+    against the tenant's request rate here."""
     app.state.platform = platform
+    app.state.request_rates = rates = request_rates(platform)
     for middleware in fast_paths:
         app.add_middleware(middleware)
     docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
@@ -58,8 +74,10 @@ def install_common(
         RequestGate,
         platform=platform,
         limits=body_limits(platform),
+        rates=rates,
         public_paths=public,
         public_prefixes=public_prefixes,
+        forwarded_predictions=forwarded_predictions,
     )
     install_problem_handlers(app)
     generate = app.openapi

@@ -1,5 +1,5 @@
-"""What a request passes before a byte of its body is read: the caller's key, then the size
-of the body for its route.
+"""What a request passes before a byte of its body is read: the caller's key and its
+request rate (service.http.rates), then the size of the body for its route.
 
 Without this, a route's body is read and parsed (FastAPI reads it before it solves the
 dependency that checks the key) before the caller is known, so anyone could make the
@@ -12,7 +12,7 @@ streams in and cut at the cap.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
@@ -22,11 +22,12 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import hash_api_key, keys_match
+from service.auth import TenantRef, hash_api_key, keys_match
 from service.db.session import DATABASE_UNAVAILABLE
-from service.errors import DlaasError, PayloadTooLarge
+from service.errors import DlaasError, PayloadTooLarge, TooManyRequests, Unauthorized
 from service.http.auth import authenticate, caller_key
 from service.http.problems import database_unavailable, dlaas_problem
+from service.http.rates import RequestRates
 from service.platform import Platform
 
 _PREDICTIONS = re.compile(r"/v1/deployments/[^/]+/predictions")
@@ -72,6 +73,53 @@ class _TooLarge(HTTPException):
         super().__init__(413, cap.detail())
 
 
+class CallerCheck:
+    """Who a request's key is and whether it may make the request now (the key's tenant
+    and its plan's rate; for a missing or wrong key, its address's budget of those): the
+    check the request gate and the scoring gRPC port make before reading a request."""
+
+    def __init__(self, platform: Platform, rates: RequestRates) -> None:
+        self.platform = platform
+        self.rates = rates
+
+    async def check(
+        self, key_of: Callable[[], str], address: str, *, count: bool = True
+    ) -> TenantRef | None:
+        """The caller's tenant (None for the admin key). Unauthorized unless `key_of`
+        gives a key of this platform; TooManyRequests when the tenant's rate (unless not
+        `count`: another process counts the request), or the address's budget of bad
+        keys, is spent."""
+        try:
+            tenant = await self._tenant(key_of, address)
+        except Unauthorized:
+            await self.rates.failed(address)  # TooManyRequests once the budget is spent
+            raise
+        if tenant is not None and count:
+            plan = self.platform.catalog.plans.get(tenant.plan)
+            if plan is not None:
+                await self.rates.tenant_request(tenant, plan)
+        return tenant
+
+    async def _tenant(self, key_of: Callable[[], str], address: str) -> TenantRef | None:
+        key = key_of()
+        key_hash = hash_api_key(key)
+        keys = self.platform.tenant_keys
+        known = keys.get(key_hash)
+        if known is not None:
+            return known
+        if keys_match(key, self.platform.admin_key):
+            return None
+        # A key this process does not know costs a database lookup: not once the address
+        # has spent its budget of bad ones. (A key it knows, whose revocations are due to
+        # be looked at again, is looked up: the bad keys of its address do not lock it out.)
+        if not keys.remembered(key_hash):
+            await self.rates.check_failures(address)
+        try:
+            return await run_in_threadpool(authenticate, self.platform, key)
+        except DATABASE_UNAVAILABLE as e:  # out here no exception handler of the app sees it
+            raise database_unavailable(e) from e
+
+
 class RequestGate:
     """ASGI middleware: the caller's key and the body's size are checked before the body
     is read (see the module's docstring).
@@ -81,6 +129,10 @@ class RequestGate:
     a worker thread). Paths under `public_prefixes` (the dashboard's pages, which ask for
     a key themselves) need none. Whether the key may do what the route does is still the route's
     question (a tenant key on an admin route is a 403 there).
+
+    Each tenant's request takes a token of its plan's rate (`rates`), whether the key came
+    in a header or the dashboard's cookie; a request refused for its key counts against its
+    client address, whose spent budget refuses its requests with keys not known yet.
     """
 
     def __init__(
@@ -88,12 +140,16 @@ class RequestGate:
         app: ASGIApp,
         platform: Platform,
         limits: BodyLimits,
+        rates: RequestRates,
         public_paths: Collection[str] = (),
         public_prefixes: Collection[str] = (),
+        forwarded_predictions: bool = False,
     ) -> None:
         self.app = app
+        self.forwarded_predictions = forwarded_predictions
         self.platform = platform
         self.limits = limits
+        self.callers = CallerCheck(platform, rates)
         self.public_paths = frozenset(public_paths)
         self.public_prefixes = tuple(public_prefixes)
 
@@ -104,10 +160,10 @@ class RequestGate:
         path: str = scope["path"]
         if path not in self.public_paths and not path.startswith(self.public_prefixes):
             try:
-                await self._check_key(scope)
+                await self._check_caller(scope)
             except DlaasError as exc:
                 # A path no route serves is a 404 whoever asks (the body is not read).
-                if _routed(scope):
+                if isinstance(exc, TooManyRequests) or _routed(scope):
                     await self._refuse(dlaas_problem(exc, path), scope, receive, send)
                     return
         cap = self.limits.cap(scope["method"], path)
@@ -141,17 +197,15 @@ class RequestGate:
                 response = dlaas_problem(PayloadTooLarge(cap.detail()), path)
                 await self._refuse(response, scope, receive, send)
 
-    async def _check_key(self, scope: Scope) -> None:
-        """Raises Unauthorized unless the request carries a key of this platform."""
-        key = caller_key(Request(scope))
-        if self.platform.tenant_keys.get(hash_api_key(key)) is not None:
-            return
-        if keys_match(key, self.platform.admin_key):
-            return
-        try:
-            await run_in_threadpool(authenticate, self.platform, key)
-        except DATABASE_UNAVAILABLE as e:  # out here no exception handler of the app sees it
-            raise database_unavailable(e) from e
+    async def _check_caller(self, scope: Scope) -> None:
+        # A prediction this app forwards to the scoring service is counted there.
+        count = not (
+            self.forwarded_predictions
+            and scope["method"] == "POST"
+            and _PREDICTIONS.fullmatch(scope["path"])
+        )
+        key_of = lambda: caller_key(Request(scope))  # noqa: E731
+        await self.callers.check(key_of, client_address(scope), count=count)
 
     @staticmethod
     async def _refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
@@ -171,6 +225,12 @@ def _routed(scope: Scope) -> bool:
     if router is None:
         return True
     return any(route.matches(scope)[0] is not Match.NONE for route in router.routes)
+
+
+def client_address(scope: Scope) -> str:
+    """The address of the connection's peer (a proxy's headers are not trusted)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -210,13 +210,11 @@ def document_problems(document: dict[str, Any], *, public_paths: Collection[str]
             # path (the probes) lists its own.
             codes = {int(c) for c in responses if c.isdigit() and int(c) >= 400}
             if path not in public_paths:
-                codes |= {400, 401, 403, 404, 422, 503}
+                # 429: the request rates of every keyed request (service.http.rates), and
+                # plan limits, prediction rates and the cap on followed logs.
+                codes |= {400, 401, 403, 404, 422, 429, 503}
                 if "requestBody" in operation:
                     codes.add(413)
-                # Plan limits and rate limits (submissions, deployments, predictions) and
-                # the cap on followed logs.
-                if "requestBody" in operation or path.endswith("/logs"):
-                    codes.add(429)
             for code in sorted(codes):
                 documented = responses.setdefault(str(code), {})
                 documented.setdefault("description", _GENERIC.get(code, HTTPStatus(code).phrase))

@@ -28,8 +28,10 @@ from service.db.session import DATABASE_UNAVAILABLE
 from service.domain.signature import SignatureInfo, TensorInfo
 from service.errors import DlaasError
 from service.http.auth import key_of_header
+from service.http.limits import CallerCheck
 from service.http.problems import database_unavailable
 from service.scoring.arrays import InvalidPayload
+from service.scoring.grpc_gate import CallerGate
 from service.scoring.inputs import signature_of, tensors_request
 from service.scoring.service import ScoringService
 from service.scoring.tensors import TensorCodec
@@ -215,18 +217,24 @@ async def _refuse(context: aio.ServicerContext, error: BaseException) -> None:
         await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the scoring log")
 
 
-async def start_server(scoring: ScoringService, settings: Settings) -> tuple[aio.Server, int]:
+async def start_server(
+    scoring: ScoringService, settings: Settings, callers: CallerCheck
+) -> tuple[aio.Server, int]:
     """The gRPC server on DLAAS_SCORING_GRPC_HOST:DLAAS_SCORING_GRPC_PORT, started on this
-    event loop; the port it listens on (the one the system chose for port 0)."""
+    event loop; the port it listens on (the one the system chose for port 0). Each call's
+    key and request rate are checked before its message is read (`grpc_gate`), and a
+    message larger than DLAAS_MAX_PREDICTION_BYTES is refused (RESOURCE_EXHAUSTED) by the
+    server before it is parsed."""
     assert settings.scoring_grpc_port is not None
     service = PredictionService(scoring, max_bytes=settings.max_prediction_bytes)
     server = aio.server(
+        interceptors=[CallerGate(callers, _refuse)],
         options=[
             ("grpc.max_receive_message_length", settings.max_prediction_bytes),
             ("grpc.max_send_message_length", -1),
             # A port another process holds is an error here, not a shared listener.
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     server.add_generic_rpc_handlers((service.handler(),))
     address = f"{settings.scoring_grpc_host}:{settings.scoring_grpc_port}"

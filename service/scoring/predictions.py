@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.db.session import DATABASE_UNAVAILABLE
 from service.errors import DlaasError, ServiceUnavailable
 from service.http.auth import caller_key
+from service.http.limits import CallerCheck
 from service.http.problems import database_unavailable, dlaas_problem
 from service.platform import Platform
 from service.scoring.inputs import encode_answer
@@ -175,7 +176,10 @@ async def serving(app: FastAPI, platform: Platform, *, local: bool = False) -> A
         if platform.settings.scoring_grpc_port is not None:
             from service.scoring.grpc_api import start_server
 
-            grpc_server, app.state.grpc_port = await start_server(scoring, platform.settings)
+            callers = CallerCheck(platform, app.state.request_rates)
+            grpc_server, app.state.grpc_port = await start_server(
+                scoring, platform.settings, callers
+            )
         yield
     finally:
         if grpc_server is not None:

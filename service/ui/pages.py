@@ -4,6 +4,7 @@ Sign-in and sign-out are the only form handlers: they set and clear that cookie.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,9 +13,10 @@ from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
 from service.auth import TenantRef, keys_match
-from service.errors import DlaasError
+from service.errors import DlaasError, TooManyRequests
 from service.http.auth import (
     CSRF_HEADER,
     SESSION_COOKIE,
@@ -23,8 +25,11 @@ from service.http.auth import (
     same_origin,
     seal_session,
 )
+from service.http.limits import client_address
+from service.http.rates import RequestRates
 from service.platform import Platform
 from service.ui import assets
+from service.ui.headers import DashboardHeaders
 
 PREFIX = "/ui"
 HERE = Path(__file__).resolve().parent
@@ -115,20 +120,31 @@ def sign_in_page(request: Request) -> Response:
 
 
 @router.post("/sign-in")
-def sign_in(request: Request, api_key: Annotated[str, Form()] = "") -> Response:
-    """Checks the key as the API would and keeps it, sealed, in the session cookie."""
+async def sign_in(request: Request, api_key: Annotated[str, Form()] = "") -> Response:
+    """Checks the key as the API would and keeps it, sealed, in the session cookie. A wrong
+    key counts against the address's budget of those, as at the API (service.http.rates):
+    once it is spent, sign-in answers 429 without looking the key up."""
     if not same_origin(request):
         return _render(
             request, "sign_in.html", None, status_code=403, error="cross-site sign-in refused"
         )
     key = api_key.strip()
     platform = _platform(request)
+    rates: RequestRates = request.app.state.request_rates
+    address = client_address(request.scope)
     try:
+        await rates.check_failures(address)
         if not key:
             raise ValueError("enter an API key")
-        identify(platform, key)
+        await run_in_threadpool(identify, platform, key)
+    except TooManyRequests as e:
+        response = _render(request, "sign_in.html", None, status_code=429, error=e.detail)
+        response.headers.update(e.headers)
+        return response
     except (DlaasError, ValueError) as e:
         error = str(e) if isinstance(e, ValueError) else e.detail
+        with suppress(TooManyRequests):
+            await rates.failed(address)
         return _render(request, "sign_in.html", None, status_code=401, error=error)
     response = RedirectResponse(f"{PREFIX}/", status_code=303)
     response.set_cookie(
@@ -197,6 +213,8 @@ def vendor(request: Request, name: str) -> Response:
 
 
 def install(app: FastAPI) -> None:
-    """Serve the dashboard from `app` (its pages and its own scripts and styles)."""
+    """Serve the dashboard from `app` (its pages and its own scripts and styles), every
+    answer with the headers of service.ui.headers."""
+    app.add_middleware(DashboardHeaders, prefix=PREFIX)
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="ui-static")
