@@ -13,7 +13,9 @@ or `/proc/<pid>/environ` the next), so nothing here opens a tenant path by name:
   descriptor; either way a symbolic link anywhere on the way fails the open;
 - only regular files are taken: a file is opened `O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
   O_NOCTTY | O_CLOEXEC` (a FIFO does not block, a terminal is not acquired), `fstat`ed, and
-  skipped unless it is `S_ISREG` with one link (a hard link can name a file outside);
+  skipped unless it is `S_ISREG` with one link (a hard link can name a file outside), and
+  unless its name, resolved again, is still that file with that one link (a hard link
+  opened, then removed, leaves the file outside one link);
 - what is read is bounded by the size `fstat` gave, through the descriptor (`pread`): a
   file that grows while it is read, or a sparse one, cannot make the platform read more,
   and the uploader gets the reader, never a path;
@@ -49,6 +51,7 @@ _RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
 _MAX_DEPTH = 64  # directories deeper than this are not listed
@@ -270,7 +273,28 @@ class TenantDir:
             fd = open_beneath(self.fd, relative, READ_FLAGS)
         except (OSError, ValueError):
             return None
-        return regular_file(fd)
+        opened = regular_file(fd)
+        if opened is None:
+            return None
+        # One link when fstat looked, but a hard link could have been opened and removed
+        # since (the file outside keeps its own name): the name, resolved again as it was,
+        # must still be that file, with that one link. This narrows that window, it does
+        # not close it (a lookup and the link count it reports are not one instant); a
+        # tenant can only link a file it can name, which the sandbox's view prevents and
+        # which, with fs.protected_hardlinks, it could read itself already.
+        try:
+            name = open_beneath(self.fd, relative, _PATH_FLAGS)
+        except OSError:
+            opened.close()
+            return None
+        try:
+            info = os.fstat(name)
+        finally:
+            os.close(name)
+        if (info.st_dev, info.st_ino) != opened.signature[:2] or info.st_nlink != 1:
+            opened.close()
+            return None
+        return opened
 
     def names(self) -> list[str]:
         """The names in the directory itself, listed from its descriptor."""
@@ -327,13 +351,65 @@ class TenantDir:
                 os.close(current)
             raise
 
+    def _parent(self, relative: str) -> tuple[int, str]:
+        """A new descriptor of the directory `relative` is in (made where missing) and its
+        last component."""
+        parts = _parts(relative)
+        parent = self.makedirs("/".join(parts[:-1])) if len(parts) > 1 else os.dup(self.fd)
+        return parent, parts[-1]
+
+    def create(self, relative: str, mode: int = 0o644) -> BinaryIO:
+        """A new file at `relative` (its directories made), for writing: O_CREAT | O_EXCL |
+        O_NOFOLLOW, so nothing that is there already (a planted link) is opened.
+        FileExistsError if something is."""
+        parent, name = self._parent(relative)
+        try:
+            return os.fdopen(os.open(name, _CREATE_FLAGS, mode, dir_fd=parent), "wb")
+        finally:
+            os.close(parent)
+
+    def symlink(self, relative: str, target: str) -> None:
+        """A symbolic link at `relative` to `target` (never followed here)."""
+        parent, name = self._parent(relative)
+        try:
+            os.symlink(target, name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def hardlink(self, existing: str, relative: str) -> None:
+        """A hard link at `relative` to the file `existing`, both beneath this directory
+        (a link at `existing` is linked itself, not followed)."""
+        source, source_name = self._parent(existing)
+        try:
+            parent, name = self._parent(relative)
+            try:
+                os.link(
+                    source_name,
+                    name,
+                    src_dir_fd=source,
+                    dst_dir_fd=parent,
+                    follow_symlinks=False,
+                )
+            finally:
+                os.close(parent)
+        finally:
+            os.close(source)
+
+    def clear(self) -> None:
+        """Remove everything in the directory (shutil.rmtree from its descriptor: no link
+        is followed)."""
+        for name in self.names():
+            try:
+                os.unlink(name, dir_fd=self.fd)
+            except IsADirectoryError:
+                shutil.rmtree(name, dir_fd=self.fd)
+
     def write(self, relative: str, source: BinaryIO, mode: int = 0o644) -> int:
         """`source` into the file `relative` (its directories made), replacing what is
         there: written to a new file beside it (O_CREAT | O_EXCL | O_NOFOLLOW) and renamed
         over it, so a link planted at the name is replaced, never followed. The bytes
         written; ValueError for a path that is not plain, OSError if it cannot be written."""
-        parts = _parts(relative)
-        parent = self.makedirs("/".join(parts[:-1])) if len(parts) > 1 else os.dup(self.fd)
+        parent, name = self._parent(relative)
         try:
             tmp = _TEMP_PREFIX + secrets.token_hex(8)
             fd = os.open(tmp, _CREATE_FLAGS, mode, dir_fd=parent)
@@ -341,7 +417,7 @@ class TenantDir:
                 with os.fdopen(fd, "wb") as out:
                     shutil.copyfileobj(source, out, _CHUNK)
                     written = out.tell()
-                os.replace(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
+                os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=parent)

@@ -61,14 +61,10 @@ ALLOWED: dict[str, str] = {
     "service/scoring/service.py::ScoringService._store_model": "the scoring cache dir",
     "service/scoring/model_server.py::describe_graph": "saved_model.pb in the scoring cache dir",
     "service/scoring/tfs_protos.py::serialized_descriptor": "the installed TF Serving protos",
-    # Archives: the platform's own spooled copy, and MODEL_DIR before any tenant code runs.
+    # Archives: the platform's own spooled copy of the code archive.
     "service/storage/archives.py::_zip_entries": "the archive's spooled copy (private dir)",
     "service/storage/archives.py::_tar_entries": "the archive's spooled copy (private dir)",
     "service/storage/archives.py::detect_format": "the archive's spooled copy (private dir)",
-    "service/storage/archives.py::extract_archive": "MODEL_DIR, empty, before the command runs",
-    "service/storage/archives.py::_place": "MODEL_DIR, before the command runs (links refused)",
-    "service/storage/archives.py::_write": "MODEL_DIR, before the command runs (O_EXCL|NOFOLLOW)",
-    "service/storage/archives.py::_clear": "MODEL_DIR, emptied after a refused archive",
     # The local object store: its root is DLAAS_HOME's store, which only the platform writes.
     "service/storage/local.py::LocalObjectStore._info": "an object in the store's root",
     "service/storage/local.py::LocalObjectStore.put_file": "a platform-owned file (put_file)",
