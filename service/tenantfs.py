@@ -109,10 +109,10 @@ USE_OPENAT2: bool = _kernel_has_openat2()
 
 
 def _parts(relative: str) -> list[str]:
-    """The components of a relative path; ValueError for an absolute one, `..`, `.` or an
-    empty component (nothing is resolved outside, or ambiguously)."""
+    """The components of a relative path; ValueError for an absolute one, `..`, `.`, an
+    empty component or a NUL byte (nothing is resolved outside, or ambiguously)."""
     parts = relative.split("/")
-    if not relative or any(p in ("", ".", "..") for p in parts):
+    if not relative or "\0" in relative or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"{relative!r} is not a plain relative path")
     return parts
 

@@ -78,6 +78,7 @@ def layout(tmp_path: Path) -> Iterator[Path]:
         ("../outside/secret", None),
         ("sub/../../outside/secret", None),
         ("/etc/passwd", None),
+        ("regular\0/../../outside/secret", None),
         ("", None),
     ],
 )
@@ -222,6 +223,7 @@ def test_writes_create_directories_and_replace_a_planted_link(
         ("../outside/secret", ValueError),
         ("/tmp/x", ValueError),
         ("a//b", ValueError),
+        ("new\0../../x", ValueError),
     ],
 )
 def test_a_write_through_a_link_or_outside_is_refused(

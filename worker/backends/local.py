@@ -667,9 +667,9 @@ class LocalBackend:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
-        """The learners share one CHECKPOINT_DIR; its regular files are copied (links
-        only to files inside it, nothing else the user's code left there). Called with
-        the learners stopped."""
+        """The learners share one CHECKPOINT_DIR; its regular files with one link are
+        copied, read through service.tenantfs (no link followed, nothing else the user's
+        code left there). Called with the learners stopped."""
         tdir = self._dir(training_id)
         if _read_json(tdir / "state.json") is None:
             return None

@@ -184,9 +184,10 @@ class Agent:
         return pod_io.Stored(True)
 
     def save_checkpoints(self, store: ObjectStore, *, patient: bool) -> None:
-        """CHECKPOINT_DIR's regular files to the spec's checkpoints_prefix (links to files
-        outside it and special files skipped, as the local backend saves it); after a stop,
-        each file is tried once, within what is left of the grace period."""
+        """CHECKPOINT_DIR's regular files to the spec's checkpoints_prefix (read through
+        service.tenantfs: links, hard-linked and special files skipped, as the local
+        backend saves it); after a stop, each file is tried once, within what is left of
+        the grace period."""
         try:
             files = self.transfers.checkpoint_files()
         except OSError as e:
