@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gzip
 import os
 import re
-import shutil
 import stat
 import tarfile
 import zipfile
@@ -15,6 +15,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
+
+from service.tenantfs import TenantDir
 
 Format = Literal["zip", "tar.gz"]
 _Kind = Literal["file", "dir", "symlink", "hardlink"]
@@ -250,53 +252,59 @@ def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> Arch
 def extract_archive(
     path: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits()
 ) -> ArchiveSummary:
-    """Check and unpack the archive into dest (absent or empty); on error leave dest empty."""
+    """Check and unpack the archive into dest (absent or empty); on error leave dest empty.
+
+    dest is opened once and everything is created beneath its descriptor
+    (service.tenantfs): no link on disk is followed, the archive's own or one planted."""
     fmt = detect_format(path)
-    existed = dest.exists()
-    if existed and (not dest.is_dir() or any(dest.iterdir())):
-        raise FileExistsError(f"extraction target {dest} is not an empty directory")
-    dest.mkdir(parents=True, exist_ok=True)
-    root = os.path.realpath(dest)
-    check = _Checker(limits)
-    written = 0
+    existed = True
+    with contextlib.suppress(FileExistsError):
+        dest.mkdir(parents=True)
+        existed = False
     try:
-        with contextlib.closing(_READERS[fmt](path, check)) as entries:
-            for entry in entries:
-                written += _write(root, entry, limits.max_unpacked_bytes - written, check)
-    except BaseException:
-        _clear(dest, keep=existed)
-        raise
+        directory = TenantDir.open(dest)
+    except OSError as e:
+        raise FileExistsError(f"extraction target {dest} is not an empty directory") from e
+    with directory:
+        if directory.names():
+            raise FileExistsError(f"extraction target {dest} is not an empty directory")
+        check = _Checker(limits)
+        written = 0
+        try:
+            with contextlib.closing(_READERS[fmt](path, check)) as entries:
+                for entry in entries:
+                    written += _write(directory, entry, limits.max_unpacked_bytes - written, check)
+        except BaseException:
+            directory.clear()
+            if not existed:
+                os.rmdir(dest)
+            raise
     return ArchiveSummary(fmt, check.entries, check.unpacked)
 
 
-def _place(root: str, name: str, member: str) -> str:
-    path = os.path.join(root, name)
-    parent = os.path.dirname(path)
-    # Nothing may be created beneath a symlink, not even one this archive made itself.
-    if os.path.realpath(parent) != parent:
-        raise _refuse(member, "is written through a symbolic link")
-    return path
-
-
-def _write(root: str, entry: _Entry, room: int, check: _Checker) -> int:
-    """Create one validated entry under root; return the bytes written."""
+def _write(directory: TenantDir, entry: _Entry, room: int, check: _Checker) -> int:
+    """Create one validated entry beneath the directory; return the bytes written."""
     if not entry.name:
         return 0
-    path = _place(root, entry.name, entry.member)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if entry.kind == "dir":
-        os.makedirs(path, exist_ok=True)
-    elif entry.kind == "symlink":
-        os.symlink(entry.link, path)
-    elif entry.kind == "hardlink":
-        os.link(_place(root, entry.link, entry.member), path, follow_symlinks=False)
-    if entry.open is None:
-        return 0
+    try:
+        if entry.kind == "dir":
+            os.close(directory.makedirs(entry.name))
+            return 0
+        if entry.kind == "symlink":
+            directory.symlink(entry.name, entry.link)
+        elif entry.kind == "hardlink":
+            directory.hardlink(entry.link, entry.name)
+        if entry.open is None:
+            return 0
+        # O_EXCL never follows or reuses an existing path, so a planted link cannot redirect us.
+        out = directory.create(entry.name, 0o755 if entry.executable else 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            # Nothing may be created beneath a symlink, not even one this archive made.
+            raise _refuse(entry.member, "is written through a symbolic link") from e
+        raise
     written = 0
-    # O_EXCL never follows or reuses an existing path, so a planted symlink cannot redirect us.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    fd = os.open(path, flags, 0o755 if entry.executable else 0o644)
-    with os.fdopen(fd, "wb") as out:
+    with out:
         with _reading():
             src = entry.open()
         assert src is not None  # regular members always have a stream
@@ -307,12 +315,3 @@ def _write(root: str, entry: _Entry, room: int, check: _Checker) -> int:
                     raise check.too_big(entry.member)
                 out.write(chunk)
     return written
-
-
-def _clear(dest: Path, *, keep: bool) -> None:
-    """Remove everything extraction wrote: dest itself, or only its contents if it existed."""
-    for child in list(dest.iterdir()) if keep else [dest]:
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)

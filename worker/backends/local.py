@@ -47,7 +47,8 @@ from service.runtimes import RuntimeInfo
 from service.sandbox import limits
 from service.sandbox.limits import Enforcement, ResourceLimits
 from service.storage import open_store
-from service.storage.base import ObjectStore
+from service.storage.base import ObjectStore, check_key
+from service.tenantfs import TenantDir, tree
 from worker.backends.base import Observation, StartRequest
 from worker.backends.base import learner_spec as backend_learner_spec
 from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
@@ -61,7 +62,6 @@ from worker.launchers.plan import (
     learner_name_prefix,
 )
 from worker.learner.host import LocalHost
-from worker.learner.transfers import tree_files
 
 log = logging.getLogger(__name__)
 
@@ -667,15 +667,20 @@ class LocalBackend:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
-        """The learners share one CHECKPOINT_DIR; its regular files are copied (links
-        only to files inside it, nothing else the user's code left there). Called with
-        the learners stopped."""
+        """The learners share one CHECKPOINT_DIR; its regular files with one link are
+        copied, read through service.tenantfs (no link followed, nothing else the user's
+        code left there). Called with the learners stopped."""
         tdir = self._dir(training_id)
         if _read_json(tdir / "state.json") is None:
             return None
         saved = 0
-        for key, path in tree_files(tdir / "checkpoints", prefix):
-            saved += store.put_file(key, path).size
+        for key, ref in tree(tdir / "checkpoints", prefix):
+            # Opened beneath CHECKPOINT_DIR's descriptor, read to the size fstat gave.
+            opened = ref.open()
+            if opened is None:
+                continue
+            with opened:
+                saved += store.put_stream(key, opened.reader(), opened.size).size
         return saved
 
     @staticmethod
@@ -684,12 +689,15 @@ class LocalBackend:
         prefix = request.restore_checkpoints
         assert prefix is not None
         store = open_store(request.store)
-        for info in store.list(prefix):
-            relative = info.key[len(prefix) :]
-            target = into / relative
-            # Keys the platform wrote from relative paths; checked again all the same.
-            if not relative or not target.resolve().is_relative_to(into.resolve()):
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with store.open(info.key) as src, target.open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1024 * 1024)
+        into.mkdir(parents=True, exist_ok=True)
+        with TenantDir.open(into) as directory:
+            for info in store.list(prefix):
+                relative = info.key[len(prefix) :]
+                # Keys the platform wrote from relative paths; checked again all the same
+                # (TenantDir.write refuses `..`, and any link on the way).
+                try:
+                    check_key(relative)
+                except ValueError:
+                    continue
+                with store.open(info.key) as src:
+                    directory.write(relative, src)

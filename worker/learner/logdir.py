@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from service.storage import keys
 from service.storage.base import ObjectStore
+from service.tenantfs import tree
 from worker.learner.spec import LearnerSpec
-from worker.learner.transfers import Transfers, tree_files
+from worker.learner.transfers import Transfers
 
 if TYPE_CHECKING:
     from worker.learner.scalars import ScalarReader
@@ -68,11 +69,11 @@ class LogDirSync:
         """One pass: the changed files of LOG_DIR, then the metric points if there are new
         ones. Never raises: the training goes on whatever the store does meanwhile."""
         try:
-            files = list(
-                tree_files(
-                    Path(self.spec.log_dir),
-                    keys.learner_logs_prefix(self.transfers.results_prefix(), self.spec.learner_id),
-                )
+            # Listed from LOG_DIR's descriptor; each file is opened beneath it when it is
+            # uploaded, and its signature is the descriptor's fstat (service.tenantfs).
+            files = tree(
+                self.spec.log_dir,
+                keys.learner_logs_prefix(self.transfers.results_prefix(), self.spec.learner_id),
             )
             errors = self.transfers.upload(
                 self.store, files, patient=False, known=self.transfers.synced

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 SEGMENT_PREFIX = "output-"
 SEGMENT_BYTES = 64 * 1024 * 1024
@@ -41,13 +41,46 @@ _SMALL_FILE_BYTES = 16 * 1024  # exit and stored hold a few bytes
 
 
 def segment_path(io_dir: Path, index: int) -> Path:
-    return io_dir / f"{SEGMENT_PREFIX}{index:06d}"
+    return io_dir / segment_name(index)
 
 
-def segment_indexes(io_dir: Path) -> list[int]:
-    """The numbers of the segments in `io_dir`, in order."""
-    names = (p.name[len(SEGMENT_PREFIX) :] for p in io_dir.glob(f"{SEGMENT_PREFIX}*"))
-    return sorted(int(n) for n in names if n.isdigit())
+def segment_name(index: int) -> str:
+    return f"{SEGMENT_PREFIX}{index:06d}"
+
+
+def segment_indexes(names: list[str]) -> list[int]:
+    """The numbers of the segments among the names of the `io` directory, in order."""
+    numbers = (n[len(SEGMENT_PREFIX) :] for n in names if n.startswith(SEGMENT_PREFIX))
+    return sorted(int(n) for n in numbers if n.isdigit())
+
+
+class IoReader(Protocol):
+    """How a side reads the `io` directory. The agent, which holds the spec and the store's
+    credentials, reads it through worker.learner.pod_steps.AgentIo (service.tenantfs:
+    from the directory's descriptor, no link followed); `run`, the tenant's own side in
+    the runtime's image, through PathIo."""
+
+    def names(self) -> list[str]:
+        """The names in the directory."""
+        ...
+
+    def open(self, name: str) -> BinaryIO:
+        """The regular file `name` opened for reading; FileNotFoundError if there is none,
+        ValueError for anything else than a regular file."""
+        ...
+
+
+class PathIo:
+    """The `run` step's reader (it runs as the tenant: standard library, by path)."""
+
+    def __init__(self, io_dir: Path) -> None:
+        self.io_dir = io_dir
+
+    def names(self) -> list[str]:
+        return os.listdir(self.io_dir)
+
+    def open(self, name: str) -> BinaryIO:
+        return open_regular(self.io_dir / name)
 
 
 def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
@@ -81,11 +114,13 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The small JSON object in `path`, None if there is none. ValueError for a file its
-    writer did not write (its content is not repeated: it may not be ours to show)."""
+def _read_json(reader: IoReader, io_dir: Path, name: str) -> dict[str, Any] | None:
+    """The small JSON object in the file `name`, None if there is none. ValueError for a
+    file its writer did not write (its content is not repeated: it may not be ours to
+    show)."""
+    path = io_dir / name
     try:
-        with open_regular(path) as f:
+        with reader.open(name) as f:
             data = json.loads(f.read(_SMALL_FILE_BYTES + 1)[:_SMALL_FILE_BYTES])
     except FileNotFoundError:
         return None
@@ -108,10 +143,10 @@ class Exit:
         write_json_atomically(io_dir / EXIT_FILE, {"code": self.code, "stopped": self.stopped})
 
     @classmethod
-    def read(cls, io_dir: Path) -> Exit | None:
+    def read(cls, io_dir: Path, reader: IoReader | None = None) -> Exit | None:
         """The exit, or None while the command runs. Raises ValueError for a file `run`
         did not write (the learner container is the user's: its files are untrusted)."""
-        data = _read_json(io_dir / EXIT_FILE)
+        data = _read_json(reader or PathIo(io_dir), io_dir, EXIT_FILE)
         if data is None:
             return None
         code, stopped = data.get("code"), data.get("stopped", False)
@@ -131,8 +166,8 @@ class Stored:
         write_json_atomically(io_dir / STORED_FILE, {"ok": self.ok, "reason": self.reason})
 
     @classmethod
-    def read(cls, io_dir: Path) -> Stored | None:
-        data = _read_json(io_dir / STORED_FILE)
+    def read(cls, io_dir: Path, reader: IoReader | None = None) -> Stored | None:
+        data = _read_json(reader or PathIo(io_dir), io_dir, STORED_FILE)
         if data is None:
             return None
         ok, reason = data.get("ok"), data.get("reason")
@@ -188,25 +223,29 @@ def follow(
     *,
     stop: Callable[[], bool],
     poll: float = POLL_SECONDS,
+    reader: IoReader | None = None,
 ) -> None:
     """The agent side: hand every byte of the output segments, in order, to `sink`, until
     the exit file exists (or `stop()` is true) and everything written before it has been
     handed over. Survives the segments not existing yet; deletes each segment it has read
     once `run` has moved on to the next. ValueError for a segment that is not a regular
-    file (see open_regular)."""
+    file (see IoReader.open). `reader` reads the directory (by path, PathIo, if not
+    given)."""
+    reader = reader or PathIo(io_dir)
     index = 0
     current: BinaryIO | None = None
     try:
         while True:
+            names = reader.names()
             # Decided before reading: `run` writes the exit file after its last output,
             # so reading to the end after seeing it misses nothing.
-            finished = (io_dir / EXIT_FILE).exists() or stop()
+            finished = EXIT_FILE in names or stop()
             if current is None:
                 # The first present: an agent restarted by the kubelet finds the segments
                 # before it deleted.
-                index = min((i for i in segment_indexes(io_dir) if i >= index), default=index)
+                index = min((i for i in segment_indexes(names) if i >= index), default=index)
                 try:
-                    current = open_regular(segment_path(io_dir, index))
+                    current = reader.open(segment_name(index))
                 except FileNotFoundError:
                     if finished:
                         return
@@ -216,13 +255,14 @@ def follow(
             if chunk:
                 sink(chunk)
                 continue
-            if segment_path(io_dir, index + 1).exists():
+            if segment_name(index + 1) in reader.names():
                 # Complete: `run` starts the next segment only after its last write here.
                 while chunk := current.read(_CHUNK):
                     sink(chunk)
                 current.close()
                 current = None
-                segment_path(io_dir, index).unlink(missing_ok=True)
+                # unlink removes the name itself, never what a link there points to.
+                (io_dir / segment_name(index)).unlink(missing_ok=True)
                 index += 1
                 continue
             if finished:

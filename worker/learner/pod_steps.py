@@ -23,10 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 
 from service.logs.base import LogStore
 from service.storage import keys
 from service.storage.base import ObjectStore
+from service.tenantfs import TenantDir
 from worker.learner import pod_io
 from worker.learner.logdir import LogDirSync
 from worker.learner.logtee import LogTee
@@ -86,6 +88,40 @@ def fetch(spec_path: Path, private_dir: Path, termination_log: str) -> int:
 # -- agent ------------------------------------------------------------------------------
 
 
+class AgentIo:
+    """The agent's reader of the `io` volume, which the learner container (the tenant)
+    writes: listed and opened from the directory's descriptor through service.tenantfs,
+    so a link there to the spec (the store's credentials) or to /proc is never read."""
+
+    def __init__(self, io_dir: Path) -> None:
+        self.io_dir = io_dir
+        self._dir: TenantDir | None = None
+
+    def _directory(self) -> TenantDir:
+        if self._dir is None:
+            self._dir = TenantDir.open(self.io_dir)  # FileNotFoundError until it exists
+        return self._dir
+
+    def names(self) -> list[str]:
+        try:
+            return self._directory().names()
+        except FileNotFoundError:
+            return []
+
+    def open(self, name: str) -> BinaryIO:
+        directory = self._directory()
+        opened = directory.open_file(name)
+        if opened is None:
+            if name not in directory.names():
+                raise FileNotFoundError(name)
+            raise ValueError(f"{self.io_dir / name} is not a regular file of its own")
+        return opened.stream()
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.close()
+
+
 class Agent:
     def __init__(self, spec: LearnerSpec, io_dir: Path, private_dir: Path) -> None:
         self.spec = spec
@@ -93,6 +129,7 @@ class Agent:
         private_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = private_dir / keys.LEARNER_LOG_NAME
         self.transfers = Transfers(spec, private_dir, self.log_path)
+        self.io = AgentIo(io_dir)
         self.stopping = False
         self.ended: pod_io.Exit | None = None  # how the command ended, once it has
 
@@ -119,7 +156,7 @@ class Agent:
                 view = view[os.write(write_end, view) :]
 
         try:
-            pod_io.follow(self.io_dir, into_tee, stop=lambda: self.stopping)
+            pod_io.follow(self.io_dir, into_tee, stop=lambda: self.stopping, reader=self.io)
         finally:
             os.close(write_end)
             tee.close(_TEE_DRAIN_SECONDS)
@@ -131,7 +168,7 @@ class Agent:
         stderr; it does not fail the results, which are stored."""
         learner = self.spec.learner_id
         try:
-            self.ended = ended = pod_io.Exit.read(self.io_dir)
+            self.ended = ended = pod_io.Exit.read(self.io_dir, self.io)
         except ValueError as e:
             print(f"learner wrapper: {e}", file=sys.stderr, flush=True)
             ended = None
@@ -147,9 +184,10 @@ class Agent:
         return pod_io.Stored(True)
 
     def save_checkpoints(self, store: ObjectStore, *, patient: bool) -> None:
-        """CHECKPOINT_DIR's regular files to the spec's checkpoints_prefix (links to files
-        outside it and special files skipped, as the local backend saves it); after a stop,
-        each file is tried once, within what is left of the grace period."""
+        """CHECKPOINT_DIR's regular files to the spec's checkpoints_prefix (read through
+        service.tenantfs: links, hard-linked and special files skipped, as the local
+        backend saves it); after a stop, each file is tried once, within what is left of
+        the grace period."""
         try:
             files = self.transfers.checkpoint_files()
         except OSError as e:

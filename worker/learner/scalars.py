@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import sys
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from service.domain.metrics import (
     TENSORBOARD_FORMAT,
     tensorboard_metric_name,
 )
-from worker.learner.transfers import tree_files
+from service.tenantfs import RegularFile, TenantDir
 
 # TensorBoard reads records with TensorFlow's reader when TensorFlow can be imported, and
 # with its own pure-Python one otherwise. The wrapper must not load TensorFlow (seconds
@@ -51,12 +50,15 @@ from tensorboard.util.tensor_util import make_ndarray  # noqa: E402
 # (twice, as it buffers), which a crafted file can make as big as the file, and the pod's
 # agent that reads them on Kubernetes is limited to 512 MiB.
 MAX_EVENT_FILE_BYTES = 64 * 1024 * 1024
+# Each event file read keeps its descriptor open (see ScalarReader.read): at most this many.
+MAX_EVENT_FILES = 1000
 
 
 @dataclass
 class _EventFile:
     loader: EventFileLoader
     run: str
+    file: RegularFile  # the descriptor the loader reads through
     # A tag's plugin, from the first value that carried its metadata (TensorFlow 2
     # writes a tag's metadata once per file, with its first value).
     plugins: dict[str, str] = field(default_factory=dict)
@@ -82,33 +84,58 @@ class ScalarReader:
     def read(self) -> int:
         """Read what was added to the event files since the last pass; the new points."""
         before = self.count
-        for relative, path in self._event_files():
-            state = self._files.get(relative)
-            if state is None:
-                try:
-                    loader = EventFileLoader(str(path))
-                except Exception as e:  # gone since it was listed, or unreadable
-                    self._warn(relative, f"cannot open the event file {relative}: {e}")
-                    continue
-                parent = Path(relative).parent.as_posix()
-                state = self._files[relative] = _EventFile(loader, "" if parent == "." else parent)
-            if state.broken:
-                continue
-            try:
-                if path.stat().st_size > MAX_EVENT_FILE_BYTES:
-                    state.broken = True
-                    self._warn(
-                        relative,
-                        f"the event file {relative} is larger than {MAX_EVENT_FILE_BYTES} "
-                        "bytes: its scalars are not read",
-                    )
-                    continue
-                for event in state.loader.Load():
-                    self._take(state, event)
-            except Exception as e:  # a record that is not an event: this file is done
-                state.broken = True
-                self._warn(relative, f"the event file {relative} cannot be read further: {e}")
+        directory = TenantDir.open_if_dir(self.root)
+        if directory is None:
+            return 0
+        with directory:
+            for relative in directory.files():
+                if IsTensorFlowEventsFile(relative):
+                    self._read_file(directory, relative)
         return self.count - before
+
+    def _read_file(self, directory: TenantDir, relative: str) -> None:
+        state = self._files.get(relative)
+        if state is None:
+            if len(self._files) >= MAX_EVENT_FILES:
+                self._warn(
+                    "files", f"more than {MAX_EVENT_FILES} event files: the rest are not read"
+                )
+                return
+            opened = directory.open_file(relative)
+            if opened is None:  # gone since it was listed, or not a regular file of its own
+                return
+            # TensorBoard's loader takes a path, never a file object, and its local file
+            # system opens that path again at every read. So it is given the descriptor
+            # opened here (beneath LOG_DIR, no link followed, a regular file with one link)
+            # as /proc/self/fd/N: every reopening names that descriptor's file, whatever
+            # the tenant does to the name in LOG_DIR meanwhile. The descriptor stays open
+            # as long as the loader lives (MAX_EVENT_FILES of them at most).
+            try:
+                loader = EventFileLoader(f"/proc/self/fd/{opened.fd}")
+            except Exception as e:
+                opened.close()
+                self._warn(relative, f"cannot open the event file {relative}: {e}")
+                return
+            parent = Path(relative).parent.as_posix()
+            state = self._files[relative] = _EventFile(
+                loader, "" if parent == "." else parent, opened
+            )
+        if state.broken:
+            return
+        try:
+            if state.file.current_size() > MAX_EVENT_FILE_BYTES:
+                state.broken = True
+                self._warn(
+                    relative,
+                    f"the event file {relative} is larger than {MAX_EVENT_FILE_BYTES} "
+                    "bytes: its scalars are not read",
+                )
+                return
+            for event in state.loader.Load():
+                self._take(state, event)
+        except Exception as e:  # a record that is not an event: this file is done
+            state.broken = True
+            self._warn(relative, f"the event file {relative} cannot be read further: {e}")
 
     def document(self, learner_id: int) -> dict[str, Any]:
         """What is stored at keys.tensorboard_metrics_key."""
@@ -118,11 +145,6 @@ class ScalarReader:
             "truncated": self.truncated,
             "metrics": self.points,
         }
-
-    def _event_files(self) -> Iterator[tuple[str, Path]]:
-        for relative, path in tree_files(self.root, ""):
-            if IsTensorFlowEventsFile(relative):
-                yield relative, path
 
     def _take(self, state: _EventFile, event: Any) -> None:
         if not event.HasField("summary"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from service.logs.config import LogSinkConfig
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, extract_archive
 from service.storage.base import (
+    ObjectInfo,
     ObjectNotFound,
     ObjectStore,
     StoreUnavailable,
@@ -41,6 +41,7 @@ from service.storage.base import (
     directory_prefix,
 )
 from service.storage.config import StoreConfig
+from service.tenantfs import FileRef, FileSignature, RegularFile, TenantDir, tree
 from worker.learner.spec import LearnerSpec
 
 if TYPE_CHECKING:
@@ -91,42 +92,6 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover - the loop returns
-
-
-FileSignature = tuple[str, int, int]  # (real path, size, mtime in ns)
-
-
-def file_signature(path: Path) -> FileSignature | None:
-    """What tells one version of a file from the next (None if it cannot be read)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return str(path), info.st_size, info.st_mtime_ns
-
-
-def tree_files(root: Path, prefix: str) -> Iterator[tuple[str, Path]]:
-    """(key, real path) of every regular file under root, keys = prefix + relative path.
-
-    Symbolic links are followed only to files inside root; directories behind symbolic
-    links are not entered. Special files (FIFOs, sockets) are skipped.
-    """
-    real_root = os.path.realpath(root)
-    if not os.path.isdir(real_root):
-        return
-    for dirpath, dirnames, filenames in os.walk(real_root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            real = os.path.realpath(path)
-            if os.path.commonpath([real_root, real]) != real_root:
-                continue
-            try:
-                if not stat.S_ISREG(os.stat(real).st_mode):
-                    continue
-            except OSError:
-                continue  # a dangling link
-            yield prefix + Path(path).relative_to(real_root).as_posix(), Path(real)
 
 
 class Transfers:
@@ -200,7 +165,24 @@ class Transfers:
             objects = list(source.list(prefix))
         except StoreUnavailable as e:
             raise PlatformError(f"the training data cannot be read: {e}") from e
-        data_dir = Path(self.spec.data_dir)
+        try:
+            Path(self.spec.data_dir).mkdir(parents=True, exist_ok=True)
+            into = TenantDir.open(self.spec.data_dir)
+        except OSError as e:
+            raise PlatformError(f"the training data cannot be written: {e}") from e
+        with into:
+            self._download(source, objects, prefix, into, where, progress)
+
+    def _download(
+        self,
+        source: ObjectStore,
+        objects: list[ObjectInfo],
+        prefix: str,
+        into: TenantDir,
+        where: str,
+        progress: Callable[[str], None],
+    ) -> None:
+        """Each object below `prefix` into DATA_DIR (`into`), through its descriptor."""
         total = sum(o.size for o in objects)
         done = 0
         reported = time.monotonic()
@@ -212,23 +194,14 @@ class Transfers:
                 raise PlatformError(
                     f"the training data object {obj.key!r} has a name that cannot be a file"
                 ) from e
-            target = data_dir / relative
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
-            except OSError as e:
-                raise PlatformError(f"the training data cannot be written: {e}") from e
-            try:
-                with os.fdopen(fd, "wb") as out, source.open(obj.key) as src:
-                    shutil.copyfileobj(src, out, _CHUNK)
-                os.replace(tmp, target)
+                with source.open(obj.key) as src:
+                    into.write(relative, src)
             except (ObjectNotFound, StoreUnavailable) as e:
                 why = f"{obj.key} disappeared" if isinstance(e, ObjectNotFound) else str(e)
                 raise PlatformError(f"the training data could not be downloaded: {why}") from e
             except OSError as e:
                 raise PlatformError(f"the training data cannot be written: {e}") from e
-            finally:
-                Path(tmp).unlink(missing_ok=True)
             done += obj.size
             if time.monotonic() - reported >= _PROGRESS_SECONDS:
                 reported = time.monotonic()
@@ -249,19 +222,18 @@ class Transfers:
             part = keys.checkpoints_of_learner(
                 saved, [o.key[len(saved) :] for o in objects], self.spec.learner_id
             )
-            into = Path(self.spec.checkpoint_dir)
+            Path(self.spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             restored = 0
-            for obj in objects:
-                relative = obj.key[len(part) :]
-                if not obj.key.startswith(part) or not relative:
-                    continue
-                # Keys the platform wrote from relative paths; checked again all the same.
-                check_key(relative)
-                target = into / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with store.open(obj.key) as src, target.open("wb") as out:
-                    shutil.copyfileobj(src, out, _CHUNK)
-                restored += 1
+            with TenantDir.open(self.spec.checkpoint_dir) as into:
+                for obj in objects:
+                    relative = obj.key[len(part) :]
+                    if not obj.key.startswith(part) or not relative:
+                        continue
+                    # Keys the platform wrote from relative paths; checked again all the same.
+                    check_key(relative)
+                    with store.open(obj.key) as src:
+                        into.write(relative, src)
+                    restored += 1
         except (ValueError, OSError, ObjectNotFound, StoreUnavailable) as e:
             raise PlatformError(
                 f"the checkpoints of the last attempt could not be restored: {e}"
@@ -277,28 +249,29 @@ class Transfers:
     def log_key(self) -> str:
         return keys.learner_log_key(self.results_prefix(), self.spec.learner_id)
 
-    def log_only(self) -> list[tuple[str, Path]]:
-        return [(self.log_key(), self.log_path)]
+    def log_only(self) -> list[tuple[str, FileRef]]:
+        return [(self.log_key(), FileRef(self.log_path.parent, self.log_path.name))]
 
-    def files_to_upload(self) -> Iterator[tuple[str, Path]]:
+    def files_to_upload(self) -> Iterator[tuple[str, FileRef]]:
+        """The learner's log, LOG_DIR's and (if it is uploaded) RESULT_DIR's regular files,
+        listed and later read through service.tenantfs (the tenant writes those)."""
         spec = self.spec
-        if self.log_path.is_file():
-            yield self.log_key(), self.log_path
+        yield from self.log_only()
         learner_prefix = keys.learner_logs_prefix(self.results_prefix(), spec.learner_id)
-        yield from tree_files(Path(spec.log_dir), learner_prefix)
+        yield from tree(spec.log_dir, learner_prefix)
         if spec.upload_results:
-            yield from tree_files(Path(spec.result_dir), self.results_prefix())
+            yield from tree(spec.result_dir, self.results_prefix())
 
-    def checkpoint_files(self) -> list[tuple[str, Path]]:
+    def checkpoint_files(self) -> list[tuple[str, FileRef]]:
         """CHECKPOINT_DIR's regular files and their keys below checkpoints_prefix (none
         where the backend saves CHECKPOINT_DIR itself)."""
         prefix = self.spec.checkpoints_prefix
         if prefix is None:
             return []
-        return list(tree_files(Path(self.spec.checkpoint_dir), prefix))
+        return tree(self.spec.checkpoint_dir, prefix)
 
     def store(
-        self, store: ObjectStore, files: Sequence[tuple[str, Path]], *, patient: bool = True
+        self, store: ObjectStore, files: Sequence[tuple[str, FileRef]], *, patient: bool = True
     ) -> list[str]:
         """Upload to the platform's store (what `synced` has unchanged is not uploaded
         again) and copy to the user's results bucket; returns what failed. `patient`: a
@@ -311,7 +284,7 @@ class Transfers:
     def upload(
         self,
         store: ObjectStore,
-        files: Iterator[tuple[str, Path]] | Sequence[tuple[str, Path]],
+        files: Iterator[tuple[str, FileRef]] | Sequence[tuple[str, FileRef]],
         *,
         patient: bool = True,
         known: dict[str, FileSignature] | None = None,
@@ -325,22 +298,28 @@ class Transfers:
         the store has, by key), a file whose signature is the one recorded there is not
         uploaded again, and each upload records the signature the file had before it."""
         errors: list[str] = []
-        for key, path in files:
-            signature = file_signature(path) if known is not None else None
-            if known is not None and signature is not None and known.get(key) == signature:
+        for key, ref in files:
+            # Opened beneath its directory, never by name: not a regular file of its own
+            # (a link, a FIFO, a hard link, gone) is skipped. The signature is the
+            # descriptor's, so it is that of the bytes uploaded.
+            opened = ref.open()
+            if opened is None:
                 continue
-            try:
-                self._put(store, key, path, patient)
-                if known is not None and signature is not None:
-                    known[key] = signature
-            except Exception as e:
-                errors.append(f"{key}: {e}")
-                # The store itself is failing: the other files would fail the same way.
-                if isinstance(e, StoreUnavailable) or len(errors) >= _MAX_UPLOAD_ERRORS:
-                    break
+            with opened:
+                if known is not None and known.get(key) == opened.signature:
+                    continue
+                try:
+                    self._put(store, key, opened, patient)
+                    if known is not None:
+                        known[key] = opened.signature
+                except Exception as e:
+                    errors.append(f"{key}: {e}")
+                    # The store itself is failing: the other files would fail the same way.
+                    if isinstance(e, StoreUnavailable) or len(errors) >= _MAX_UPLOAD_ERRORS:
+                        break
         return errors
 
-    def _put(self, store: ObjectStore, key: str, path: Path, patient: bool) -> None:
+    def _put(self, store: ObjectStore, key: str, opened: RegularFile, patient: bool) -> None:
         attempts = self.spec.store_attempts if patient else 1
         started = time.monotonic()
         retrying = Retrying(
@@ -351,7 +330,8 @@ class Transfers:
             reraise=True,
         )
         try:
-            retrying(store.put_file, key, path)
+            # A new reader each attempt: each reads the size fstat gave, from the start.
+            retrying(lambda: store.put_stream(key, opened.reader(), opened.size))
         except StoreUnavailable as e:
             tried = retrying.statistics.get("attempt_number", 1)
             if tried > 1:
@@ -362,7 +342,7 @@ class Transfers:
             raise
 
     def copy_to_target(
-        self, files: Sequence[tuple[str, Path]], *, patient: bool = True
+        self, files: Sequence[tuple[str, FileRef]], *, patient: bool = True
     ) -> list[str]:
         """Upload the files also to the user's results bucket, if the manifest names one:
         the same paths below training-<id>/ as below the results prefix."""
@@ -375,7 +355,7 @@ class Transfers:
         except (PlatformError, ValueError) as e:
             return [f"the training results bucket cannot be used: {e}"]
         ours = self.results_prefix()
-        copies = [(prefix + key[len(ours) :], path) for key, path in files if key.startswith(ours)]
+        copies = [(prefix + key[len(ours) :], ref) for key, ref in files if key.startswith(ours)]
         errors = self.upload(store, copies, patient=patient)
         return [f"copying to the results bucket: {e}" for e in errors]
 
