@@ -11,6 +11,7 @@ from pathlib import Path
 
 from service.logs.base import LogRecord, LogStore, iso_utc
 from service.storage import keys
+from worker.learner.logmetrics import LogMetrics
 
 MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most this size
 _READ_CHUNK = 64 * 1024
@@ -23,18 +24,34 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
     A line longer than MAX_LINE_BYTES is cut into pieces of at most that size, at a UTF-8
     character boundary where there is one nearby, so the rest never exceeds it.
     """
+    return _split(buffer, None)
+
+
+def split_pieces(buffer: bytes) -> tuple[list[bytes], list[bool], bytes]:
+    """As `split_lines`, and for each piece whether it ends its line (False: a line longer
+    than MAX_LINE_BYTES was cut there, and the next piece, or the rest, goes on with it)."""
+    ends: list[bool] = []
+    lines, rest = _split(buffer, ends)
+    return lines, ends, rest
+
+
+def _split(buffer: bytes, ends: list[bool] | None) -> tuple[list[bytes], bytes]:
     lines: list[bytes] = []
     start = 0
     while True:
         newline = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1)
         if newline != -1:
             lines.append(buffer[start:newline])
+            if ends is not None:
+                ends.append(True)
             start = newline + 1
         elif len(buffer) - start > MAX_LINE_BYTES:
             cut = start + MAX_LINE_BYTES
             while cut > start + MAX_LINE_BYTES - 3 and buffer[cut] & 0xC0 == 0x80:
                 cut -= 1  # do not split a multi-byte character
             lines.append(buffer[start:cut])
+            if ends is not None:
+                ends.append(False)
             start = cut
         else:
             return lines, buffer[start:]
@@ -60,6 +77,10 @@ class LogTee:
     another writes whatever has accumulated as one batch, as soon as there is something,
     so lines reach the store within the store's own latency and batches grow only when the
     store is slower than the command. At most _MAX_PENDING_BYTES are held in memory.
+
+    With `metrics`, each batch written is then handed to it (the training's metric
+    regexes, searched in a thread of its own: `LogMetrics.feed` never waits), the lines the
+    tee cut marked as such so a metric is found in the whole line.
     """
 
     def __init__(
@@ -70,8 +91,14 @@ class LogTee:
         local_file: Path,
         *,
         max_bytes: int | None = None,
+        metrics: LogMetrics | None = None,
     ) -> None:
         self._fd = -1
+        self._metrics = metrics
+        # The command's records of `_pending` (no marker lines) and whether each ends its
+        # line, for `metrics`.
+        self._pending_lines: list[LogRecord] = []
+        self._pending_ends: list[bool] = []
         # Bytes of lines (each with its newline) this learner may log; past them one
         # marker line, then the rest is read and dropped.
         self._max_bytes = max_bytes
@@ -95,11 +122,14 @@ class LogTee:
     def start(self, fd: int) -> None:
         """Start reading `fd` (the tee owns it from now on and closes it at its end)."""
         self._fd = fd
+        if self._metrics is not None:
+            self._metrics.start()
         self._reader.start()
         self._writer.start()
 
     def close(self, timeout: float) -> None:
-        """Wait up to `timeout` s for the output to end, then write what was read; idempotent."""
+        """Wait up to `timeout` s for the output to end, then write what was read, and
+        (up to `timeout` s more) search it for metrics; idempotent."""
         started = self._reader.ident is not None
         if started:
             self._reader.join(timeout)
@@ -108,17 +138,24 @@ class LogTee:
             self._cond.notify_all()
         if started:
             self._writer.join()
+        if self._metrics is not None:  # what was written is searched before it is stored
+            self._metrics.close(timeout)
         with contextlib.suppress(OSError):
             os.close(self._local)
 
     def _read(self) -> None:
         rest = b""
         try:
-            while chunk := os.read(self._fd, _READ_CHUNK):
-                lines, rest = split_lines(rest + chunk)
-                self._put(lines)
+            if self._metrics is None:
+                while chunk := os.read(self._fd, _READ_CHUNK):
+                    lines, rest = split_lines(rest + chunk)
+                    self._put(lines)
+            else:
+                while chunk := os.read(self._fd, _READ_CHUNK):
+                    lines, ends, rest = split_pieces(rest + chunk)
+                    self._put(lines, ends)
             if rest:
-                self._put([rest])
+                self._put([rest], [True])
         except OSError as e:
             self._warn("read", f"reading the command's output failed: {e}")
         finally:
@@ -129,13 +166,14 @@ class LogTee:
                 self._eof = True
                 self._cond.notify_all()
 
-    def _put(self, lines: list[bytes]) -> None:
+    def _put(self, lines: list[bytes], ends: list[bool] | None = None) -> None:
         now = time.time()
         with self._cond:
             while self._pending_bytes > _MAX_PENDING_BYTES and not self._closed:
                 self._cond.wait()
             if self._closed:
                 return
+            taken = 0
             for raw in lines:
                 if self._truncated:
                     break
@@ -147,8 +185,14 @@ class LogTee:
                     break
                 self._logged += len(raw) + 1
                 line = raw.removesuffix(b"\r").decode("utf-8", "replace")
-                self._pending.append(LogRecord(self._learner, now, line))
+                record = LogRecord(self._learner, now, line)
+                self._pending.append(record)
                 self._pending_bytes += len(raw)
+                taken += 1
+                if ends is not None:
+                    self._pending_lines.append(record)
+            if ends is not None:
+                self._pending_ends += ends[:taken]
             self._cond.notify_all()
 
     def _write(self) -> None:
@@ -157,12 +201,16 @@ class LogTee:
                 while not self._pending and not self._eof:
                     self._cond.wait()
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
+                lines, self._pending_lines = self._pending_lines, []
+                ends, self._pending_ends = self._pending_ends, []
                 self._cond.notify_all()
             if not batch:
                 if self._unsent:  # the store missed the last lines: try once more to say so
                     self._send([])
                 return
             self._emit(batch)
+            if self._metrics is not None and lines:
+                self._metrics.feed(lines, ends)
 
     def _emit(self, batch: list[LogRecord]) -> None:
         text = _local_text(batch)
