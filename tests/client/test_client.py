@@ -36,9 +36,11 @@ from dlaas.config import ClientConfig, config_path, load_config, write_config
 from dlaas.errors import ApiError, BadRequest, DlaasError, error_from_response
 from service.db.models import Training as TrainingRow
 from service.domain.catalog import DEFAULT_CATALOG
+from service.domain.metrics import LogMetricExtractor
 from service.domain.states import TrainingState
 from service.logs.base import LogRecord
 from service.platform import Platform
+from service.storage import keys
 from service.trainings import record_transition
 from tests.client.conftest import ClientFactory
 
@@ -346,6 +348,13 @@ def test_logs_and_metrics(me: Client, platform: Platform) -> None:
     assert [line.split(" ", 1)[1] for line in only_2] == ["[learner 2] worker two [not markup]"]
     recent = list(me.trainings.logs(training.id, since=now - 6))
     assert len(recent) == 3
+    # The metrics are what learner 1's wrapper found in those lines as it wrote them.
+    extractor = LogMetricExtractor([("loss", r"loss=([0-9.eE+-]+)")])
+    extractor.feed(now - 10, "step=1 loss=0.5")
+    extractor.feed(now - 5, "step=2 loss=0.25")
+    document = json.dumps(extractor.document(1)).encode()
+    key = keys.log_metrics_key(training.id, 1)
+    platform.store.put_stream(key, io.BytesIO(document), len(document))
     metrics = me.trainings.metrics(training.id)
     assert [(p.value, p.step, p.learner) for p in metrics["loss"]] == [(0.5, 1, 1), (0.25, 2, 1)]
     assert metrics["loss"][0].timestamp.tzinfo is not None
