@@ -145,6 +145,9 @@ MAX_METRIC_LINE_CHARS = 1024 * 1024
 _MAX_STEP_DIGITS = 18
 
 _STEP = metric_pattern(r"(?i)step[ =:]+(\d+)")
+# What in a regex may match a line alone but not among other lines: \A, \z, and flags
+# that turn multi-line mode off (conservatively: any flag group that turns one off).
+_WHOLE_TEXT = metric_pattern(r"\\[Az]|\(\?[a-zA-Z]*-")
 
 
 class LogMetricPoint(NamedTuple):
@@ -191,10 +194,20 @@ class LogMetricExtractor:
         self.count = 0
         self.truncated = False
         self.skipped_lines = 0
-        self._set = _pattern_set([regex for name, regex in definitions if name not in self.refused])
+        regexes = [regex for name, regex in definitions if name not in self.refused]
+        self._set = _pattern_set(regexes)
+        # The same, each regex in multi-line mode, to pass over a batch of lines with one
+        # search of them joined: where a regex could match a line alone and not the lines
+        # joined (\A, \z, multi-line mode turned off inside it), there is none.
+        self._batch_set = (
+            None
+            if any(_WHOLE_TEXT.search(regex) for regex in regexes)
+            else _pattern_set([f"(?m:{regex})" for regex in regexes])
+        )
         self._partial: list[str] = []
         self._partial_chars = 0
         self._partial_ts = 0.0
+        self._full = False
 
     @property
     def names(self) -> list[str]:
@@ -219,13 +232,40 @@ class LogMetricExtractor:
             self._partial, self._partial_chars = [], 0
         self._take(ts, text[:MAX_METRIC_LINE_CHARS])
 
+    def feed_batch(
+        self, stamps: Sequence[float], lines: Sequence[str], ends: Sequence[bool]
+    ) -> None:
+        """`feed` for each record of a batch. A batch in which no metric that can still take
+        points matches anywhere costs one RE2 pass over its lines joined, so output that
+        holds few metric lines (or only capped ones) costs little more than its reading."""
+        if not self._patterns or not lines:
+            return
+        if self._batch_set is not None and not self._partial and all(ends):
+            matched = self._batch_set.Match("\n".join(lines))
+            if not matched:
+                return
+            if all(len(self.points[self._patterns[i][0]]) >= self.cap for i in matched):
+                self.truncated = True  # only capped metrics are in these lines
+                return
+        for ts, line, ends_line in zip(stamps, lines, ends, strict=True):
+            self.feed(ts, line, ends_line=ends_line)
+
     def skip(self, lines: int) -> None:
         """`lines` records of the output were not fed (the extractor fell behind): they are
         counted, and a line under way is dropped rather than joined with a later one."""
         self.skipped_lines += lines
         self._partial, self._partial_chars = [], 0
 
+    @property
+    def full(self) -> bool:
+        """Every metric holds its cap: no line can add a point any more."""
+        return self._full
+
     def _take(self, ts: float, line: str) -> None:
+        if self._full:  # all capped: a match now only says the document was cut
+            if not self.truncated and (self._set is None or self._set.Match(line)):
+                self.truncated = True
+            return
         if self._set is not None:
             matched = self._set.Match(line)
             if not matched:
@@ -236,6 +276,10 @@ class LogMetricExtractor:
         step: int | None = None
         step_searched = False
         for name, pattern in candidates:
+            points = self.points[name]
+            if len(points) >= self.cap:  # checked first: a capped metric costs no search
+                self.truncated = True
+                continue
             match = pattern.search(line)
             if match is None:
                 continue
@@ -248,14 +292,12 @@ class LogMetricExtractor:
                 continue
             if not math.isfinite(value):
                 continue
-            points = self.points[name]
-            if len(points) >= self.cap:
-                self.truncated = True
-                continue
             if not step_searched:
                 step, step_searched = _step_of(line), True
             points.append([step, ts, value])
             self.count += 1
+            if len(points) >= self.cap:
+                self._full = all(len(self.points[n]) >= self.cap for n, _ in self._patterns)
 
     def document(self, learner_id: int) -> dict[str, object]:
         """What is stored at keys.log_metrics_key."""

@@ -163,6 +163,62 @@ def test_without_a_pattern_set_each_regex_is_searched_alone(
 
 
 @pytest.mark.parametrize(
+    "regex",
+    [
+        r"loss=([0-9.]+)",
+        r"^loss=([0-9.]+)",
+        r"loss=([0-9.]+)$",
+        r"\Aloss=([0-9.]+)",
+        r"loss=([0-9.]+)\z",
+        r"(?-m)^loss=([0-9.]+)",
+        r"(?s)los.=(\d)",
+        r"\bloss=([0-9.]+)\b",
+        r"loss\s+(\d)",
+    ],
+)
+def test_a_batch_finds_what_its_lines_one_by_one_find(regex: str) -> None:
+    """The batch's one search of its lines joined only passes over lines in which nothing
+    can match: anchors, whole-text assertions and matches across lines change nothing."""
+    lines = ["x loss=1", "loss=2", "loss=3 y", "loss", "4", "loss 5", "", "noise", "loss=6"]
+    one_by_one = LogMetricExtractor([("loss", regex)])
+    for i, line in enumerate(lines):
+        one_by_one.feed(T0 + i, line)
+    batched = LogMetricExtractor([("loss", regex)])
+    stamps = [T0 + i for i in range(len(lines))]
+    for start in (0, 3, 6):
+        batched.feed_batch(stamps[start : start + 3], lines[start : start + 3], [True] * 3)
+    assert batched.points == one_by_one.points
+    assert one_by_one.points["loss"], regex  # each finds something
+
+
+def test_a_batch_of_only_capped_metrics_or_none_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extractor = LogMetricExtractor([LOSS, ACC])
+    searched: list[str] = []
+    feed = extractor.feed
+    monkeypatch.setattr(
+        extractor, "feed", lambda ts, line, **kw: (searched.append(line), feed(ts, line, **kw))
+    )
+    cap = extractor.cap
+    lines = [f"loss={i}" for i in range(cap)]
+    extractor.feed_batch([T0] * cap, lines, [True] * cap)
+    assert len(extractor.points["loss"]) == cap and not extractor.truncated
+    searched.clear()
+    extractor.feed_batch([T0] * 3, ["noise", "more", "none"], [True] * 3)
+    extractor.feed_batch([T0] * 2, ["loss=1", "loss=2"], [True] * 2)  # loss is capped
+    assert searched == [] and extractor.truncated
+    extractor.feed_batch([T0] * 2, ["loss=1", "acc=0.5"], [True] * 2)  # acc can take points
+    assert searched == ["loss=1", "acc=0.5"]
+    assert extractor.points["accuracy"] == [[None, T0, 0.5]]
+    # A piece the tee cut is always fed line by line (it goes on in the next batch).
+    searched.clear()
+    extractor.feed_batch([T0, T0], ["acc=0.", "7"], [False, True])
+    assert searched == ["acc=0.", "7"]
+    assert extractor.points["accuracy"][-1] == [None, T0, 0.7]
+
+
+@pytest.mark.parametrize(
     "data",
     [
         b'{"format": 1, "metrics": {"x": [[1, 2]]}}',
@@ -192,24 +248,24 @@ def test_a_document_holds_null_steps() -> None:
 
 
 @pytest.mark.parametrize(
-    ("buffer", "pieces", "ends", "rest"),
+    ("buffer", "pieces", "cuts", "rest"),
     [
-        (b"a\nb\n", [b"a", b"b"], [True, True], b""),
-        (b"a\nb", [b"a"], [True], b"b"),
-        (b"x" * (MAX_LINE_BYTES + 5), [b"x" * MAX_LINE_BYTES], [False], b"xxxxx"),
+        (b"a\nb\n", [b"a", b"b"], [], b""),
+        (b"a\nb", [b"a"], [], b"b"),
+        (b"x" * (MAX_LINE_BYTES + 5), [b"x" * MAX_LINE_BYTES], [0], b"xxxxx"),
         (
-            b"x" * (2 * MAX_LINE_BYTES) + b"\nz\n",
-            [b"x" * MAX_LINE_BYTES, b"x" * MAX_LINE_BYTES, b"z"],
-            [False, True, True],
+            b"a\n" + b"x" * (2 * MAX_LINE_BYTES) + b"\nz\n",
+            [b"a", b"x" * MAX_LINE_BYTES, b"x" * MAX_LINE_BYTES, b"z"],
+            [1],
             b"",
         ),
-        (b"x" * MAX_LINE_BYTES + b"\n", [b"x" * MAX_LINE_BYTES], [True], b""),
+        (b"x" * MAX_LINE_BYTES + b"\n", [b"x" * MAX_LINE_BYTES], [], b""),
     ],
 )
-def test_split_pieces_says_which_pieces_end_their_line(
-    buffer: bytes, pieces: list[bytes], ends: list[bool], rest: bytes
+def test_split_pieces_says_which_pieces_do_not_end_their_line(
+    buffer: bytes, pieces: list[bytes], cuts: list[int], rest: bytes
 ) -> None:
-    assert split_pieces(buffer) == (pieces, ends, rest)
+    assert split_pieces(buffer) == (pieces, cuts, rest)
     assert split_lines(buffer) == (pieces, rest)
 
 
@@ -263,11 +319,11 @@ def test_the_tee_feeds_every_line_it_logs_long_lines_whole(
 
 
 def test_feed_never_waits_beyond_its_backlog_it_skips_and_counts() -> None:
-    metrics = LogMetrics(1, [LOSS], max_backlog_chars=100)
-    records = [LogRecord(1, T0, "loss=1" + " " * 44) for _ in range(3)]  # 150 chars
-    metrics.feed(records[:1], [True])  # queued: its thread has not started
-    metrics.feed(records, [True] * 3)  # over the backlog: skipped
-    metrics.feed(records, [True] * 3)
+    metrics = LogMetrics(1, [LOSS], max_backlog_bytes=100)
+    records = [LogRecord(1, T0, "loss=1" + " " * 44) for _ in range(3)]  # 150 bytes
+    metrics.feed(records[:1], 50)  # queued: its thread has not started
+    metrics.feed(records, 150)  # over the backlog: skipped
+    metrics.feed(records, 150)
     metrics.start()
     metrics.close(10)
     document = json.loads(metrics.document())
@@ -302,14 +358,14 @@ def test_the_document_is_stored_when_it_changed_and_at_the_end(tmp_path: Path) -
     assert key == "trainings/t1/metrics/learner-1/log.json"
     sync.sync()
     assert puts == []  # nothing found yet: nothing stored
-    metrics.feed([LogRecord(1, T0, "step 1 loss=0.5")], [True])
+    metrics.feed([LogRecord(1, T0, "step 1 loss=0.5")], 15)
     deadline = time.monotonic() + 10
     while metrics.version()[0] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     sync.sync()
     sync.sync()  # nothing new: not stored again
     assert puts == [key]
-    metrics.feed([LogRecord(1, T0 + 1, "step 2 loss=0.25")], [True])
+    metrics.feed([LogRecord(1, T0 + 1, "step 2 loss=0.25")], 16)
     metrics.close(10)
     sync.stop(last_pass=False)  # a stopped learner still stores its log's metrics
     assert puts == [key, key]

@@ -5,7 +5,7 @@ scanning the whole log.
 The output is the tenant's, so untrusted; the regexes run on RE2 (linear in the line) in
 this learner's wrapper, in a thread of their own: the tee hands each batch it has written
 over (`feed`, which never waits) and goes on. Should the extractor fall more than
-_MAX_BACKLOG_CHARS behind, the batches beyond are not searched (counted in the document's
+_MAX_BACKLOG_BYTES behind, the batches beyond are not searched (counted in the document's
 `skipped_lines`) rather than slowing the command's output down.
 """
 
@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from service.domain.metrics import LogMetricExtractor
 from service.logs.base import LogRecord
 
-# Characters of lines handed over but not yet searched; beyond it batches are skipped.
-_MAX_BACKLOG_CHARS = 16 * 1024 * 1024
+# Records searched between two yields of the GIL.
+_SLICE = 256
+# Bytes of lines handed over but not yet searched; beyond them batches are skipped.
+_MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 
 
 class LogMetrics:
@@ -33,7 +37,7 @@ class LogMetrics:
         learner_id: int,
         definitions: Sequence[tuple[str, str]],
         *,
-        max_backlog_chars: int = _MAX_BACKLOG_CHARS,
+        max_backlog_bytes: int = _MAX_BACKLOG_BYTES,
     ) -> None:
         self.learner_id = learner_id
         self._extractor = LogMetricExtractor(definitions)
@@ -43,11 +47,10 @@ class LogMetrics:
                 file=sys.stderr,
                 flush=True,
             )
-        self._max_backlog = max_backlog_chars
+        self._max_backlog = max_backlog_bytes
         self._cond = threading.Condition()
-        # Batches handed over: (records, whether each ends its line); an int: that many
-        # records skipped.
-        self._queue: deque[tuple[Sequence[LogRecord], Sequence[bool]] | int] = deque()
+        # Batches handed over; an int: that many records skipped.
+        self._queue: deque[_Batch | int] = deque()
         self._backlog = 0
         self._closed = False
         self._lock = threading.Lock()  # the extractor's points, between it and `document`
@@ -56,10 +59,16 @@ class LogMetrics:
     def start(self) -> None:
         self._thread.start()
 
-    def feed(self, records: Sequence[LogRecord], ends: Sequence[bool]) -> None:
-        """Hand a batch of the output over (`ends[i]`: whether records[i] ends its line, or
-        the tee cut it and the next record goes on with it). Never waits."""
-        size = sum(len(r.line) for r in records)
+    def feed(
+        self,
+        records: Sequence[LogRecord],
+        size: int,
+        cut: Sequence[LogRecord] = (),
+        skip: LogRecord | None = None,
+    ) -> None:
+        """Hand a batch of the output over: `size` its bytes, `cut` those of its records
+        the tee cut (their line goes on in the next record), `skip` a record that is not
+        the command's (the tee's marker line). Never waits."""
         with self._cond:
             if self._closed:
                 return
@@ -69,7 +78,7 @@ class LogMetrics:
                 else:
                     self._queue.append(len(records))
             else:
-                self._queue.append((records, ends))
+                self._queue.append(_Batch(records, size, cut, skip))
                 self._backlog += size
             self._cond.notify()
 
@@ -102,18 +111,40 @@ class LogMetrics:
                     return
                 item = self._queue.popleft()
                 if not isinstance(item, int):
-                    self._backlog -= sum(len(r.line) for r in item[0])
+                    self._backlog -= item.size
             try:
-                with self._lock:
-                    if isinstance(item, int):
+                if isinstance(item, int):
+                    with self._lock:
                         self._extractor.skip(item)
-                        continue
-                    feed = self._extractor.feed
-                    for record, ends_line in zip(*item, strict=True):
-                        feed(record.ts, record.line, ends_line=ends_line)
+                    continue
+                self._search(item)
             except Exception as e:  # never the training's end: its metrics stop, it runs on
                 print(f"learner wrapper: extracting metrics failed: {e}", file=sys.stderr)
                 with self._cond:
                     self._closed = True
                     self._queue.clear()
                 return
+
+    def _search(self, batch: _Batch) -> None:
+        records = batch.records
+        if batch.skip is not None:
+            records = [r for r in records if r is not batch.skip]
+        cut = {id(r) for r in batch.cut}
+        feed = self._extractor.feed_batch
+        for start in range(0, len(records), _SLICE):
+            chunk = records[start : start + _SLICE]
+            stamps = [r.ts for r in chunk]
+            lines = [r.line for r in chunk]
+            ends = [id(r) not in cut for r in chunk] if cut else [True] * len(chunk)
+            with self._lock:
+                feed(stamps, lines, ends)
+            # Give the GIL up: the tee's threads, which the command's output waits on, go
+            # first.
+            time.sleep(0)
+
+
+class _Batch(NamedTuple):
+    records: Sequence[LogRecord]
+    size: int
+    cut: Sequence[LogRecord]
+    skip: LogRecord | None

@@ -27,31 +27,30 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
     return _split(buffer, None)
 
 
-def split_pieces(buffer: bytes) -> tuple[list[bytes], list[bool], bytes]:
-    """As `split_lines`, and for each piece whether it ends its line (False: a line longer
-    than MAX_LINE_BYTES was cut there, and the next piece, or the rest, goes on with it)."""
-    ends: list[bool] = []
-    lines, rest = _split(buffer, ends)
-    return lines, ends, rest
+def split_pieces(buffer: bytes) -> tuple[list[bytes], list[int], bytes]:
+    """As `split_lines`, and the indexes of the pieces that do not end their line (a line
+    longer than MAX_LINE_BYTES was cut there, and the next piece, or the rest, goes on
+    with it): usually none."""
+    cuts: list[int] = []
+    lines, rest = _split(buffer, cuts)
+    return lines, cuts, rest
 
 
-def _split(buffer: bytes, ends: list[bool] | None) -> tuple[list[bytes], bytes]:
+def _split(buffer: bytes, cuts: list[int] | None) -> tuple[list[bytes], bytes]:
     lines: list[bytes] = []
     start = 0
     while True:
         newline = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1)
         if newline != -1:
             lines.append(buffer[start:newline])
-            if ends is not None:
-                ends.append(True)
             start = newline + 1
         elif len(buffer) - start > MAX_LINE_BYTES:
             cut = start + MAX_LINE_BYTES
             while cut > start + MAX_LINE_BYTES - 3 and buffer[cut] & 0xC0 == 0x80:
                 cut -= 1  # do not split a multi-byte character
+            if cuts is not None:
+                cuts.append(len(lines))
             lines.append(buffer[start:cut])
-            if ends is not None:
-                ends.append(False)
             start = cut
         else:
             return lines, buffer[start:]
@@ -95,10 +94,10 @@ class LogTee:
     ) -> None:
         self._fd = -1
         self._metrics = metrics
-        # The command's records of `_pending` (no marker lines) and whether each ends its
-        # line, for `metrics`.
-        self._pending_lines: list[LogRecord] = []
-        self._pending_ends: list[bool] = []
+        # For `metrics`: the records of `_pending` the tee cut (whose line goes on in the
+        # next record), and the marker line that ends a truncated log (not the command's).
+        self._pending_cut: list[LogRecord] = []
+        self._marker: LogRecord | None = None
         # Bytes of lines (each with its newline) this learner may log; past them one
         # marker line, then the rest is read and dropped.
         self._max_bytes = max_bytes
@@ -152,10 +151,10 @@ class LogTee:
                     self._put(lines)
             else:
                 while chunk := os.read(self._fd, _READ_CHUNK):
-                    lines, ends, rest = split_pieces(rest + chunk)
-                    self._put(lines, ends)
+                    lines, cuts, rest = split_pieces(rest + chunk)
+                    self._put(lines, cuts)
             if rest:
-                self._put([rest], [True])
+                self._put([rest])
         except OSError as e:
             self._warn("read", f"reading the command's output failed: {e}")
         finally:
@@ -166,33 +165,28 @@ class LogTee:
                 self._eof = True
                 self._cond.notify_all()
 
-    def _put(self, lines: list[bytes], ends: list[bool] | None = None) -> None:
+    def _put(self, lines: list[bytes], cuts: list[int] | None = None) -> None:
         now = time.time()
         with self._cond:
             while self._pending_bytes > _MAX_PENDING_BYTES and not self._closed:
                 self._cond.wait()
             if self._closed:
                 return
-            taken = 0
-            for raw in lines:
+            for i, raw in enumerate(lines):
                 if self._truncated:
                     break
                 if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
                     self._truncated = True
-                    self._pending.append(
-                        LogRecord(self._learner, now, truncated_marker(self._max_bytes))
-                    )
+                    self._marker = LogRecord(self._learner, now, truncated_marker(self._max_bytes))
+                    self._pending.append(self._marker)
                     break
                 self._logged += len(raw) + 1
                 line = raw.removesuffix(b"\r").decode("utf-8", "replace")
                 record = LogRecord(self._learner, now, line)
                 self._pending.append(record)
                 self._pending_bytes += len(raw)
-                taken += 1
-                if ends is not None:
-                    self._pending_lines.append(record)
-            if ends is not None:
-                self._pending_ends += ends[:taken]
+                if cuts and i in cuts:
+                    self._pending_cut.append(record)
             self._cond.notify_all()
 
     def _write(self) -> None:
@@ -200,17 +194,17 @@ class LogTee:
             with self._cond:
                 while not self._pending and not self._eof:
                     self._cond.wait()
+                size = self._pending_bytes
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
-                lines, self._pending_lines = self._pending_lines, []
-                ends, self._pending_ends = self._pending_ends, []
+                cut, self._pending_cut = self._pending_cut, []
                 self._cond.notify_all()
             if not batch:
                 if self._unsent:  # the store missed the last lines: try once more to say so
                     self._send([])
                 return
             self._emit(batch)
-            if self._metrics is not None and lines:
-                self._metrics.feed(lines, ends)
+            if self._metrics is not None:
+                self._metrics.feed(batch, size, cut, self._marker)
 
     def _emit(self, batch: list[LogRecord]) -> None:
         text = _local_text(batch)
