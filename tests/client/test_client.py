@@ -435,6 +435,17 @@ def test_results_download_and_model_definition(
         me.trainings.download("nosuchtraining", tmp_path / "x")
 
 
+def test_results_lists_every_page(me: Client, platform: Platform) -> None:
+    """More files than one page of GET .../results holds (1,000): the client follows
+    next_cursor and lists each once, in path order."""
+    training = me.trainings.create(manifest(), ENV_CODE)
+    prefix = f"trainings/{training.id}/results/"
+    paths = [f"logs/{i % 3}/e{i:04d}" for i in range(2_100)]
+    for path in paths:
+        platform.store.put_stream(prefix + path, io.BytesIO(b"x"), 1)
+    assert [f.path for f in me.trainings.results(training.id)] == sorted(paths)
+
+
 # -- error mapping without a server ---------------------------------------------------------
 
 
