@@ -171,7 +171,8 @@ class LogMetricExtractor:
     on). Per line, a metric's first match counts; its regex's first group (the whole match
     if it has none) is the value, skipped unless it is a finite float. All regexes are
     first tried together in one pass of an RE2 set, so a line costs one scan however many
-    metrics there are; only those that matched are searched again for their group.
+    metrics there are (and a batch of lines with none in it, one scan of them all:
+    `feed_batch`); only those that matched are searched again for their group.
 
     A line the tee cut into several records (longer than MAX_LINE_BYTES) is put together
     again before it is searched, up to MAX_METRIC_LINE_CHARS. Each metric keeps at most
@@ -208,10 +209,6 @@ class LogMetricExtractor:
         self._partial_chars = 0
         self._partial_ts = 0.0
         self._full = False
-
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _ in self._patterns]
 
     def feed(self, ts: float, text: str, *, ends_line: bool = True) -> None:
         """One record of the output, read at `ts`: a whole line, or with `ends_line`
@@ -255,11 +252,6 @@ class LogMetricExtractor:
         counted, and a line under way is dropped rather than joined with a later one."""
         self.skipped_lines += lines
         self._partial, self._partial_chars = [], 0
-
-    @property
-    def full(self) -> bool:
-        """Every metric holds its cap: no line can add a point any more."""
-        return self._full
 
     def _take(self, ts: float, line: str) -> None:
         if self._full:  # all capped: a match now only says the document was cut
