@@ -12,6 +12,9 @@ with target >= 0.8, the row's ratio being the lower:
 - the program's own wall time by hand against through the platform (does the tee slow the
   learner down?).
 
+The training lists 32 `evaluation_metrics` regexes, as a closely watched training might (one
+finds every line's number, 31 find nothing), so the tee also searches every line for them.
+
 Each ratio is the median over back-to-back pairs (a run through the platform and one by
 hand, the order swapped every pair), as in training_overhead. The run also checks what the
 numbers rely on: the store holds every line, in order, and the follower saw them all, in
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 
 import httpx
+import yaml
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,6 +54,18 @@ for i in range(n):
     print(f"{i:08d} {text}")
 print("wall", repr(time.perf_counter() - began), "start", repr(start), flush=True)
 """
+
+
+# One regex finds each line's number, 31 never match: every line is searched for all 32.
+METRICS = [{"name": "line", "regex": r"^(\d{8}) "}] + [
+    {"name": f"m{i}", "regex": rf"\bm{i}=([0-9.]+)"} for i in range(31)
+]
+
+
+def _manifest(command: str) -> str:
+    document = yaml.safe_load(manifest(command))
+    document["evaluation_metrics"] = METRICS
+    return str(yaml.safe_dump(document))
 
 
 def _program_times(last_line: str) -> tuple[float, float]:
@@ -112,7 +128,7 @@ def through_platform(platform: Platform, lines: int) -> tuple[float, float]:
     followed: list[str] = []
     with platform.client() as http:
         t = platform.submit(
-            http, manifest(f"python3 run.py {lines}"), zip_code({"run.py": PRINTER})
+            http, _manifest(f"python3 run.py {lines}"), zip_code({"run.py": PRINTER})
         )
 
         def follow() -> None:
@@ -190,6 +206,7 @@ def run(quick: bool) -> list[Row]:
                 "lines": LINES,
                 "line_bytes": 100,
                 "log_store": "file (dlaas up's default), followed by one client",
+                "metric_regexes": len(METRICS),
                 "pairs": repeats,
                 "checked": "the store and the follower hold every line, in order",
                 "target": "ratio >= 0.8",

@@ -27,6 +27,7 @@ BENCHMARKS = [
     "training_overhead",
     "api",
     "log_throughput",
+    "metrics_read",
     "submit_throughput",
     "noisy_neighbour",
     "scoring",

@@ -501,10 +501,19 @@ class Trainings:
         self._client._request("DELETE", f"/v1/trainings/{training_id}")
 
     def results(self, training_id: str) -> builtins.list[ResultFile]:
-        """The stored results of the training (`GET /v1/trainings/{id}/results`): the
-        learners' logs and whatever they wrote to $RESULT_DIR. Raises `NotFound`."""
-        data = self._client._json("GET", f"/v1/trainings/{training_id}/results")
-        return [ResultFile.from_json(item) for item in data["files"]]
+        """The stored results of the training (`GET /v1/trainings/{id}/results`, every
+        page): the learners' logs and whatever they wrote to $RESULT_DIR. Raises
+        `NotFound`."""
+        files: builtins.list[ResultFile] = []
+        url = f"/v1/trainings/{training_id}/results"
+        cursor: str | None = None
+        while True:
+            params = {"cursor": cursor} if cursor is not None else None
+            data = self._client._json("GET", url, params=params)
+            files += [ResultFile.from_json(item) for item in data["files"]]
+            cursor = data.get("next_cursor")
+            if not cursor:
+                return files
 
     def result(self, training_id: str, path: str, out: IO[bytes], *, offset: int = 0) -> bool:
         """Write one stored result file (`GET /v1/trainings/{id}/results/{path}`, `path` as

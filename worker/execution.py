@@ -20,7 +20,11 @@ from service.db import repository
 from service.db.models import Training
 from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
-from service.domain.manifest import parameter_server_count, tensorboard_metrics
+from service.domain.manifest import (
+    log_metric_definitions,
+    parameter_server_count,
+    tensorboard_metrics,
+)
 from service.domain.records import Secret
 from service.domain.reports import Report
 from service.domain.retries import Retries, final_message
@@ -198,6 +202,7 @@ def launch(platform: Platform, backend: Backend, training_id: str) -> None:
             max_runtime=training.manifest.get("max_runtime"),
             log_dir_sync_seconds=platform.settings.log_dir_sync_seconds,
             tensorboard_metrics=tensorboard_metrics(training.manifest),
+            log_metrics=tuple(log_metric_definitions(training.manifest)),
         )
         learner_ids = [lr.learner_id for lr in training.learners]
     if attempt > 1 and backend.observe(training_id) is None:

@@ -1,4 +1,4 @@
-"""A training's logs (text, a page at a time or followed live) and the metrics read from them.
+"""A training's logs: text, a page at a time or followed live.
 
 No request holds a worker thread while it waits: a page is read in one short trip to a
 worker thread; a followed log is an async stream that reads the log store one batch at a
@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
@@ -20,37 +20,23 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from service.api.deps import CurrentTenant, LoopReads, SessionDep, owned_training
+from service.api.deps import CurrentTenant, LoopReads
 from service.db import repository
-from service.domain.manifest import tensorboard_metrics
-from service.domain.metrics import (
-    MAX_TENSORBOARD_DOCUMENT_BYTES,
-    TensorBoardPoint,
-    metric_pattern,
-    parse_tensorboard_document,
-)
 from service.domain.states import TrainingState
 from service.errors import (
     BadRequest,
-    Conflict,
     FieldError,
     NotFound,
-    ServiceUnavailable,
     TooManyRequests,
 )
 from service.http.app import PlatformDep
 from service.logs import (
     READ_BATCH,
     LogRecord,
-    all_records,
-    extract_metrics,
     read_page,
     render_lines,
 )
-from service.logs.base import iso_utc
 from service.platform import Platform
-from service.storage import keys
-from service.storage.base import ObjectNotFound, ObjectStore, StoreUnavailable
 
 router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
 
@@ -273,84 +259,3 @@ async def get_training_logs(
         ended=_terminal(status),
     )
     return FollowedLog(lines, release)
-
-
-@router.get(
-    "/{training_id}/metrics",
-    responses={
-        409: {
-            "description": "The manifest has a metric regex this service cannot run, or a "
-            "learner's stored TensorBoard metrics cannot be read"
-        },
-        503: {"description": "The object store cannot be read (TensorBoard metrics)"},
-    },
-)
-def get_training_metrics(
-    training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
-) -> dict[str, list[dict[str, Any]]]:
-    """`{"<metric>": [{"value", "learner", "timestamp", "step"}...]}` from the manifest's
-    evaluation_metrics regexes applied to every log line; or, for `evaluation_metrics:
-    {type: tensorboard}`, the scalars of the learners' TensorBoard event files under LOG_DIR
-    as their wrappers have read them so far (`<run>/<tag>` each, in time order)."""
-    training = owned_training(session, tenant, training_id)
-    if tensorboard_metrics(training.manifest):
-        learners = sorted(lr.learner_id for lr in training.learners)
-        return read_tensorboard_metrics(platform.store, training.id, learners)
-    metrics = [(m["name"], m["regex"]) for m in training.manifest.get("evaluation_metrics", [])]
-    # A training submitted before metric regexes ran on RE2 may keep one RE2 refuses.
-    errors = []
-    for i, (_name, regex) in enumerate(metrics):
-        try:
-            metric_pattern(regex)
-        except ValueError as e:
-            errors.append(FieldError(f"/evaluation_metrics/{i}/regex", str(e)))
-    if errors:
-        raise Conflict(
-            "the training's manifest has metric regexes this service cannot run",
-            errors=errors,
-        )
-    records = all_records(platform.logs, training.id)
-    return {
-        name: [dict(p) for p in points]
-        for name, points in extract_metrics(records, metrics).items()
-    }
-
-
-def read_tensorboard_metrics(
-    store: ObjectStore, training_id: str, learners: list[int]
-) -> dict[str, list[dict[str, Any]]]:
-    """Every learner's stored TensorBoard scalars (service.domain.metrics' document), merged
-    per metric in time order; a learner that has stored none yet has none. At most
-    MAX_TENSORBOARD_DOCUMENT_BYTES are read of each document."""
-    merged: dict[str, list[tuple[float, int, TensorBoardPoint]]] = {}
-    errors = []
-    for learner in learners:
-        key = keys.tensorboard_metrics_key(training_id, learner)
-        try:
-            with store.open(key) as reader:
-                data = reader.read(MAX_TENSORBOARD_DOCUMENT_BYTES + 1)
-        except ObjectNotFound:
-            continue
-        except StoreUnavailable as e:
-            raise ServiceUnavailable(f"the object store cannot be read: {e}") from e
-        try:
-            document = parse_tensorboard_document(data)
-        except ValueError as e:
-            errors.append(FieldError(f"learner-{learner}", f"the stored metrics {e}"))
-            continue
-        for name, points in document.items():
-            merged.setdefault(name, []).extend((p.wall_time, learner, p) for p in points)
-    if errors:
-        raise Conflict("the stored TensorBoard metrics cannot be read", errors=errors)
-    return {
-        name: [
-            {
-                "value": point.value,
-                "learner": learner,
-                "timestamp": iso_utc(point.wall_time),
-                "step": point.step,
-            }
-            for _, learner, point in sorted(points, key=lambda p: (p[0], p[1]))
-        ]
-        for name, points in sorted(merged.items())
-    }

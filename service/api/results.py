@@ -8,17 +8,18 @@ object store: RESULT_DIR's files, `learner-<i>/training-log.txt` and `learner-<i
 
 from __future__ import annotations
 
+import itertools
 import mimetypes
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Annotated, Any, BinaryIO
 from urllib.parse import quote
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from service.api.deps import CurrentTenant, SessionDep, owned_training
 from service.errors import BadRequest, DlaasError, FieldError, NotFound, ServiceUnavailable
@@ -62,6 +63,11 @@ class ResultFile(BaseModel):
 
 class ResultFiles(BaseModel):
     files: list[ResultFile]
+    next_cursor: str | None = Field(
+        default=None,
+        description="More files follow: pass this as `cursor` for the next page (null: the "
+        "last page).",
+    )
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -119,27 +125,52 @@ def _unavailable(e: StoreUnavailable) -> ServiceUnavailable:
     return ServiceUnavailable(f"the object store cannot be read: {e}")
 
 
-def _list(store: ObjectStore, prefix: str) -> list[ObjectInfo]:
+def _list(store: ObjectStore, prefix: str) -> Iterator[ObjectInfo]:
+    """The objects below `prefix`, listed as they are taken; a store that cannot be read is
+    a 503 now (its first object is listed here), not a broken stream later."""
     try:
-        return list(store.list(prefix))
+        listing = iter(store.list(prefix))
+        first = next(listing, None)
     except StoreUnavailable as e:
         raise _unavailable(e) from e
+    return itertools.chain([first] if first is not None else [], listing)
+
+
+# Most files one page of GET .../results lists (S3's own page size).
+MAX_RESULTS_PAGE = 1000
 
 
 @router.get("/{training_id}/results", response_model=ResultFiles)
 def list_training_results(
-    training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
+    training_id: str,
+    tenant: CurrentTenant,
+    session: SessionDep,
+    platform: PlatformDep,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_RESULTS_PAGE, description="Most files in this page.")
+    ] = MAX_RESULTS_PAGE,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=1024, description="The next_cursor of the previous page."),
+    ] = None,
 ) -> ResultFiles:
-    """Every stored result file: RESULT_DIR's, and each learner's `training-log.txt` and
-    LOG_DIR under `learner-<i>/`."""
+    """The stored result files, a page at a time in path order (at most `limit`, 1000):
+    RESULT_DIR's, and each learner's `training-log.txt` and LOG_DIR under `learner-<i>/`.
+    A page costs what it lists, however many files the training stored."""
     training = owned_training(session, tenant, training_id)
     prefix = keys.results_prefix(training.id)
-    return ResultFiles(
-        files=[
-            ResultFile(path=i.key[len(prefix) :], size=i.size, last_modified=i.last_modified)
-            for i in _list(platform.store, prefix)
-        ]
-    )
+    try:
+        found = list(
+            itertools.islice(platform.store.list(prefix, prefix + (cursor or "")), limit + 1)
+        )
+    except StoreUnavailable as e:
+        raise _unavailable(e) from e
+    page = found[:limit]
+    files = [
+        ResultFile(path=i.key[len(prefix) :], size=i.size, last_modified=i.last_modified)
+        for i in page
+    ]
+    return ResultFiles(files=files, next_cursor=files[-1].path if len(found) > limit else None)
 
 
 @router.get(
@@ -150,7 +181,8 @@ def list_training_results(
 def download_training_results(
     training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
 ) -> StreamingResponse:
-    """All result files as one gzip'd tar, streamed, under `training-<id>/`."""
+    """All result files as one gzip'd tar, streamed, under `training-<id>/` (listed as it
+    is sent: the listing is never held whole)."""
     training = owned_training(session, tenant, training_id)
     prefix = keys.results_prefix(training.id)
     files = _list(platform.store, prefix)
@@ -162,7 +194,9 @@ def download_training_results(
     )
 
 
-def tar_gz(store: ObjectStore, files: list[ObjectInfo], prefix: str, root: str) -> Iterator[bytes]:
+def tar_gz(
+    store: ObjectStore, files: Iterable[ObjectInfo], prefix: str, root: str
+) -> Iterator[bytes]:
     """A .tar.gz of the objects, produced as it is sent: one chunk of an object in memory
     at a time. Objects deleted meanwhile are left out; one that shrank is padded."""
     gzip = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: the gzip format

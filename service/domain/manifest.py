@@ -226,6 +226,15 @@ def tensorboard_metrics(document: Mapping[str, Any]) -> bool:
     return isinstance(metrics, Mapping) and metrics.get("type") == "tensorboard"
 
 
+def log_metric_definitions(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A stored manifest's `evaluation_metrics` regexes as (name, regex) pairs, in order
+    (none for a training without them, or whose metrics come from TensorBoard)."""
+    metrics = document.get("evaluation_metrics")
+    if not isinstance(metrics, list):
+        return []
+    return [(str(m["name"]), str(m["regex"])) for m in metrics if isinstance(m, Mapping)]
+
+
 # Seed key -> (canonical parent, canonical key). Only the top level has aliases.
 _ALIASES: dict[str, tuple[str | None, str]] = {
     "FRAMEWORK_NAME": ("framework", "name"),

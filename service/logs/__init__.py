@@ -1,14 +1,11 @@
-"""Training logs (see service.logs.base): pick a store, and read metrics out of log lines."""
+"""Training logs (see service.logs.base): pick a store, read it a page at a time."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
-from service.domain.metrics import MetricMatch, metric_pattern
 from service.logs.base import LogRecord, LogStore, LogStoreUnavailable, iso_utc
 
 __all__ = [
@@ -16,15 +13,11 @@ __all__ = [
     "LogRecord",
     "LogStore",
     "LogStoreUnavailable",
-    "MetricPoint",
     "all_records",
-    "extract_metrics",
     "open_log_store",
     "read_page",
     "render_lines",
 ]
-
-_STEP = metric_pattern(r"(?i)step[ =:]+(\d+)")
 
 
 def open_log_store(kind: str, *, dir: str | None = None, url: str | None = None) -> LogStore:
@@ -137,58 +130,3 @@ def _fitting(lines: Sequence[bytes], budget: int, *, first: bool) -> int:
         if used > budget and not (first and used == len(line)):
             return i
     return len(lines)
-
-
-class MetricPoint(TypedDict):
-    value: float
-    learner: int
-    timestamp: str  # ISO 8601, UTC, e.g. 2024-05-01T12:00:00.123Z
-    step: int | None
-
-
-def extract_metrics(
-    records: Iterable[LogRecord], metrics: Sequence[tuple[str, str]]
-) -> dict[str, list[MetricPoint]]:
-    """Metric values found in log lines, per metric name, in record order.
-
-    `metrics` is (name, regex) pairs; the regex's first group (the whole match if it has
-    none) is the value, its first match per line counts. Values that are not finite floats
-    are skipped. `step` is the number after "step" (`step[ =:]+N`, any case) in the same
-    line, or None. Every name is in the result, with an empty list if nothing matched.
-    The regexes run on RE2 (`metric_pattern`): linear in the line, whatever the pattern.
-    Raises ValueError for a regex RE2 does not compile.
-    """
-    compiled = [(name, metric_pattern(regex)) for name, regex in metrics]
-    result: dict[str, list[MetricPoint]] = {name: [] for name, _ in metrics}
-    for record in records:
-        step_match: MetricMatch | None = None
-        step_searched = False
-        for name, pattern in compiled:
-            match = pattern.search(record.line)
-            if match is None:
-                continue
-            text = match.group(1) if pattern.groups else match.group(0)
-            if text is None:  # the group did not take part
-                continue
-            try:
-                value = float(text)
-            except ValueError:
-                continue
-            if not math.isfinite(value):
-                continue
-            if not step_searched:
-                step_match, step_searched = _STEP.search(record.line), True
-            result[name].append(
-                MetricPoint(
-                    value=value,
-                    learner=record.learner,
-                    timestamp=iso_utc(record.ts),
-                    step=_step(step_match),
-                )
-            )
-    return result
-
-
-def _step(match: MetricMatch | None) -> int | None:
-    step = match.group(1) if match is not None else None
-    return int(step) if step is not None else None

@@ -70,8 +70,10 @@ class ObjectStore(Protocol):
 
     def stat(self, key: str) -> ObjectInfo | None: ...
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object below the `prefix` directory ("" = all), in key order."""
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        """Every object below the `prefix` directory ("" = all), in key order; with
+        `start_after`, only those whose keys sort after it. Lazy: what is not taken of the
+        listing is not read (a page of it costs a page, on S3 and locally alike)."""
         ...
 
     def delete_prefix(self, prefix: str) -> int:

@@ -8,6 +8,8 @@ The platform's store:
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
     trainings/<id>/metrics/learner-<i>/tensorboard.json   the scalars of learner i's
                                                    TensorBoard event files, as metric points
+    trainings/<id>/metrics/learner-<i>/log.json    the points learner i's metric regexes
+                                                   found in its output
     trainings/<id>/checkpoints/attempt-<n>/...     CHECKPOINT_DIR as attempt n left it
                                                    (learner-<i>/... for learners with one each)
     deployments/<id>/model/...                     the deployed copy of the SavedModel
@@ -59,6 +61,12 @@ def metrics_prefix(training_id: str) -> str:
 def tensorboard_metrics_key(training_id: str, learner_id: int) -> str:
     """Learner i's scalars from its TensorBoard event files (worker.learner.logdir)."""
     return f"{metrics_prefix(training_id)}learner-{learner_id}/tensorboard.json"
+
+
+def log_metrics_key(training_id: str, learner_id: int) -> str:
+    """Learner i's metric points from its output, found by the manifest's
+    `evaluation_metrics` regexes as its log was written (worker.learner.logmetrics)."""
+    return f"{metrics_prefix(training_id)}learner-{learner_id}/log.json"
 
 
 def checkpoints_prefix(training_id: str) -> str:

@@ -102,23 +102,39 @@ class LocalObjectStore:
         path = self._path(key)
         return self._info(key, path) if path.is_file() else None
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         directory = directory_prefix(prefix)
         base = self.root / directory if directory else self.root
         if not base.is_dir():
             return
-        found: list[tuple[str, Path]] = []
-        for dirpath, _dirs, files in os.walk(base):
-            for name in files:
-                if name.startswith(_TEMP_PREFIX):
+        yield from self._walk(base, directory, start_after)
+
+    def _walk(self, path: Path, key_prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        """The objects below directory `path` (whose keys start with `key_prefix`) after
+        `start_after`, in key order, one directory read at a time: its entries sorted by
+        name, a subdirectory's as `name/` (so its keys come where S3 lists them), and a
+        subdirectory whose keys all sort before `start_after` not read at all. Symbolic
+        links to directories are not followed, as os.walk does not."""
+        try:
+            with os.scandir(path) as scan:
+                entries = sorted(
+                    ((e.name + "/" if e.is_dir() else e.name), e)
+                    for e in scan
+                    if not e.name.startswith(_TEMP_PREFIX)
+                )
+        except (FileNotFoundError, NotADirectoryError):  # deleted since it was listed
+            return
+        for name, entry in entries:
+            key = key_prefix + name
+            if name.endswith("/"):
+                if entry.is_symlink() or (key < start_after and not start_after.startswith(key)):
                     continue
-                path = Path(dirpath) / name
-                found.append((path.relative_to(self.root).as_posix(), path))
-        for key, path in sorted(found):  # key order, as S3 lists
-            try:
-                yield self._info(key, path)
-            except FileNotFoundError:  # deleted since the walk
-                continue
+                yield from self._walk(Path(entry.path), key, start_after)
+            elif key > start_after:
+                try:
+                    yield self._info(key, Path(entry.path))
+                except FileNotFoundError:  # deleted since the listing
+                    continue
 
     def delete_prefix(self, prefix: str) -> int:
         base = self.root / check_key(prefix.rstrip("/"))

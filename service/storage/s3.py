@@ -370,12 +370,15 @@ class S3ObjectStore:
             return None
         return ObjectInfo(key, obj.size or 0, obj.last_modified or datetime.now(UTC))
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         directory = directory_prefix(prefix)
         self._use()
         with self._errors():
             for obj in self.client.list_objects(
-                self.bucket, prefix=directory or None, recursive=True
+                self.bucket,
+                prefix=directory or None,
+                recursive=True,
+                start_after=start_after or None,
             ):
                 name = obj.object_name
                 if not name or name.endswith("/"):  # "folder" markers are not objects

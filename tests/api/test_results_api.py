@@ -142,7 +142,10 @@ def test_all_results_as_tar_gz(client: TestClient, tenant: dict[str, str], train
 def test_empty_results_and_the_model_definition(client: TestClient, tenant: dict[str, str]) -> None:
     r = submit(client, tenant)
     training = r.json()["id"]
-    assert client.get(url(training, "results"), headers=tenant).json() == {"files": []}
+    assert client.get(url(training, "results"), headers=tenant).json() == {
+        "files": [],
+        "next_cursor": None,
+    }
     r = client.get(url(training, "results.tar.gz"), headers=tenant)
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
         assert tar.getmembers() == []

@@ -36,9 +36,11 @@ from dlaas.config import ClientConfig, config_path, load_config, write_config
 from dlaas.errors import ApiError, BadRequest, DlaasError, error_from_response
 from service.db.models import Training as TrainingRow
 from service.domain.catalog import DEFAULT_CATALOG
+from service.domain.metrics import LogMetricExtractor
 from service.domain.states import TrainingState
 from service.logs.base import LogRecord
 from service.platform import Platform
+from service.storage import keys
 from service.trainings import record_transition
 from tests.client.conftest import ClientFactory
 
@@ -346,6 +348,13 @@ def test_logs_and_metrics(me: Client, platform: Platform) -> None:
     assert [line.split(" ", 1)[1] for line in only_2] == ["[learner 2] worker two [not markup]"]
     recent = list(me.trainings.logs(training.id, since=now - 6))
     assert len(recent) == 3
+    # The metrics are what learner 1's wrapper found in those lines as it wrote them.
+    extractor = LogMetricExtractor([("loss", r"loss=([0-9.eE+-]+)")])
+    extractor.feed(now - 10, "step=1 loss=0.5")
+    extractor.feed(now - 5, "step=2 loss=0.25")
+    document = json.dumps(extractor.document(1)).encode()
+    key = keys.log_metrics_key(training.id, 1)
+    platform.store.put_stream(key, io.BytesIO(document), len(document))
     metrics = me.trainings.metrics(training.id)
     assert [(p.value, p.step, p.learner) for p in metrics["loss"]] == [(0.5, 1, 1), (0.25, 2, 1)]
     assert metrics["loss"][0].timestamp.tzinfo is not None
@@ -424,6 +433,17 @@ def test_results_download_and_model_definition(
     assert archive.read_bytes() == code
     with pytest.raises(NotFound):
         me.trainings.download("nosuchtraining", tmp_path / "x")
+
+
+def test_results_lists_every_page(me: Client, platform: Platform) -> None:
+    """More files than one page of GET .../results holds (1,000): the client follows
+    next_cursor and lists each once, in path order."""
+    training = me.trainings.create(manifest(), ENV_CODE)
+    prefix = f"trainings/{training.id}/results/"
+    paths = [f"logs/{i % 3}/e{i:04d}" for i in range(2_100)]
+    for path in paths:
+        platform.store.put_stream(prefix + path, io.BytesIO(b"x"), 1)
+    assert [f.path for f in me.trainings.results(training.id)] == sorted(paths)
 
 
 # -- error mapping without a server ---------------------------------------------------------

@@ -124,6 +124,22 @@ def test_list_is_by_directory_prefix_in_key_order(store: ObjectStore) -> None:
     assert list(store.list("trainings/none")) == []
 
 
+def test_list_after_a_key_is_s3s_order_with_directories_where_s3_puts_them(
+    store: ObjectStore,
+) -> None:
+    """Keys whose directories and names sort differently than their full keys ("a-c" <
+    "a/b" < "a0"): the local store lists them in S3's order, from any `start_after`."""
+    names = ["a/b", "a-c", "a0", "a/b/c/d", "a/bb", "b", "a/b-", "a/b/c-"]
+    names = [n for n in names if not any(m.startswith(n + "/") for m in names)]
+    for name in names:
+        store.put_stream(f"p/{name}", io.BytesIO(b"x"), 1)
+    everything = sorted(f"p/{n}" for n in names)
+    assert [o.key for o in store.list("p")] == everything
+    for i, after in enumerate(["p/", *everything, "p/a/", "p/a/b/", "p/a/b/c", "p/zzz"]):
+        expected = [k for k in everything if k > after]
+        assert [o.key for o in store.list("p", after)] == expected, (i, after)
+
+
 def test_delete_prefix(store: ObjectStore) -> None:
     for key in ["t/1/a", "t/1/b/c", "t/10/a", "t/2/a"]:
         store.put_stream(key, io.BytesIO(b"x"), 1)

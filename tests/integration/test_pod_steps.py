@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from service.domain.metrics import parse_tensorboard_document
+from service.domain.metrics import parse_log_metrics_document, parse_tensorboard_document
 from service.domain.records import Secret
 from service.logs.base import LogRecord
 from service.logs.config import LogSinkConfig
@@ -65,6 +65,14 @@ SCRIPTS = {
             time.sleep(0.05)
         scalar(1)
         writer.close()
+    """,
+    "metrics.py": """
+        import os, time
+        print("step 0 loss=1.0", flush=True)
+        while not os.path.exists("go"):  # the test says go once it saw step 0 stored
+            time.sleep(0.05)
+        print("x" * (64 * 1024 - 8) + " step 1 loss=0.5", flush=True)  # cut by the tee
+        print("done", flush=True)
     """,
     "train.py": """
         import os, sys
@@ -937,6 +945,44 @@ def test_the_agent_syncs_log_dir_and_tensorboard_scalars_while_the_command_runs(
         _, err = runner.communicate(timeout=60)
         assert runner.returncode == 0, err.decode(errors="replace")
         assert steps() == [0, 1]  # the agent's last pass, before it stored
+        assert pod.stop_agent() == 0
+    finally:
+        pod.kill()
+        redis_logs.delete(pod.training_id)
+
+
+def test_the_agent_stores_the_metric_regexes_points_while_the_command_runs(
+    tmp_path: Path, stdlib_path: Path, redis_logs: RedisLogStore
+) -> None:
+    """On Kubernetes the agent tees the output: it finds the manifest's metric regexes in
+    it as it goes, and stores them with its LOG_DIR syncs and at the end, a line the tee
+    cut searched whole."""
+    pod = Pod(
+        tmp_path,
+        stdlib_path,
+        log_dir_sync_seconds=0.2,
+        log_metrics=(("loss", r"loss=([0-9.]+)"),),
+    )
+    metrics_key = keys.log_metrics_key(pod.training_id, 1)
+
+    def points() -> list[tuple[int | None, float]]:
+        if pod.store.stat(metrics_key) is None:
+            return []
+        with pod.store.open(metrics_key) as f:
+            return [(p.step, p.value) for p in parse_log_metrics_document(f.read())["loss"]]
+
+    try:
+        assert pod.fetch().returncode == 0
+        pod.start_agent()
+        runner = pod.start_run(pod.script("metrics.py"))
+        deadline = time.monotonic() + 60
+        while points() != [(0, 1.0)]:
+            assert runner.poll() is None and time.monotonic() < deadline, runner.stderr
+            time.sleep(0.05)
+        (Path(pod.dirs["MODEL_DIR"]) / "go").touch()
+        _, err = runner.communicate(timeout=60)
+        assert runner.returncode == 0, err.decode(errors="replace")
+        assert points() == [(0, 1.0), (1, 0.5)]  # the agent's last store, before it answered
         assert pod.stop_agent() == 0
     finally:
         pod.kill()

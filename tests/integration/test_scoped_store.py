@@ -190,3 +190,23 @@ def test_the_policy_enforced_by_moto() -> None:
 def _read(store: ObjectStore, key: str) -> bytes:
     with store.open(key) as f:
         return f.read()
+
+
+def test_the_backends_scope_lets_the_agent_store_its_metric_documents() -> None:
+    """The scope the Kubernetes backend gives a training's pods (its policy on the role, as
+    in `test_the_policy_enforced_by_moto`) lets the agent write its log and TensorBoard
+    metric documents (keys.log_metrics_key, keys.tensorboard_metrics_key), and no other
+    training's."""
+    from tests.k8s.test_backend import request
+    from worker.backends.kubernetes.backend import training_scope
+
+    scope = training_scope(request(TID))
+    with moto_server(env=ENFORCING) as server:
+        key = platform_user(server)
+        _setup(server, training_policy(BUCKET, scope), key)
+        store = open_store(scoped_store(_platform(server, key), ROLE_ARN, scope, 3600))
+        for document in (keys.log_metrics_key(TID, 2), keys.tensorboard_metrics_key(TID, 1)):
+            store.put_stream(document, io.BytesIO(b"{}"), 2)
+            assert _read(store, document) == b"{}"
+        with pytest.raises(StoreUnavailable):
+            store.put_stream(keys.log_metrics_key(OTHER, 1), io.BytesIO(b"{}"), 2)

@@ -1,4 +1,4 @@
-"""Log stores (one contract, file and Redis) and metric extraction from log lines."""
+"""Log stores (one contract, file and Redis) and reading them a page at a time."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from service.logs import (
     LogPage,
     LogRecord,
     LogStore,
-    extract_metrics,
     open_log_store,
     read_page,
     render_lines,
@@ -300,125 +299,7 @@ def test_open_log_store_picks_the_kind(tmp_path: Path) -> None:
         open_log_store("kafka", dir=str(tmp_path))
 
 
-# -- metrics ----------------------------------------------------------------------------------
-
-LOSS = ("loss", r"loss=([0-9.eE+-]+)")
-ACC = ("accuracy", r"acc(?:uracy)?[ :=]+([0-9.]+)")
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
-
-
-@pytest.mark.parametrize(
-    ("line", "metrics", "expected"),
-    [
-        ("step 10 loss=0.5", [LOSS], {"loss": [(0.5, 10)]}),
-        ("Step: 7, loss=1e-3", [LOSS], {"loss": [(0.001, 7)]}),
-        ("STEP=42 loss=2", [LOSS], {"loss": [(2.0, 42)]}),
-        ("global_step=3 loss=0.25", [LOSS], {"loss": [(0.25, 3)]}),
-        ("loss=0.5", [LOSS], {"loss": [(0.5, None)]}),
-        ("steps 200 loss=0.5", [LOSS], {"loss": [(0.5, None)]}),  # "steps" is not a step
-        ("loss=.", [LOSS], {"loss": []}),  # does not parse as a float
-        ("loss=1e", [LOSS], {"loss": []}),
-        ("loss=nan", [("loss", r"loss=(\S+)")], {"loss": []}),  # not finite: skipped
-        ("nothing here", [LOSS, ACC], {"loss": [], "accuracy": []}),
-        (
-            "step 1 loss=0.5 accuracy: 0.9",
-            [LOSS, ACC],
-            {"loss": [(0.5, 1)], "accuracy": [(0.9, 1)]},
-        ),
-        ("loss=0.5 loss=0.4", [LOSS], {"loss": [(0.5, None)]}),  # first match per line
-        ("val 0.75", [("val", r"val \d\.\d+")], {"val": []}),  # no group: whole match, no float
-        ("0.75", [("val", r"\d\.\d+")], {"val": [(0.75, None)]}),
-        ("x", [("opt", r"(y)?x")], {"opt": []}),  # the group did not take part
-    ],
-)
-def test_extract_metrics_table(
-    line: str, metrics: list[tuple[str, str]], expected: dict[str, list[tuple[float, int | None]]]
-) -> None:
-    result = extract_metrics([LogRecord(2, T0, line)], metrics)
-    assert {k: [(p["value"], p["step"]) for p in v] for k, v in result.items()} == expected
-    for points in result.values():
-        for p in points:
-            assert p["learner"] == 2
-            assert p["timestamp"] == "2023-11-14T22:13:20.000Z"
-
-
-def test_extract_metrics_keeps_record_order_and_learners() -> None:
-    records = [
-        LogRecord(1, T0, "step 1 loss=0.9"),
-        LogRecord(2, T0 + 0.5, "step 1 loss=0.8"),
-        LogRecord(1, T0 + 1.25, "step 2 loss=0.7"),
-        LogRecord(1, T0 + 2, "unrelated"),
-    ]
-    points = extract_metrics(iter(records), [LOSS])["loss"]
-    assert points == [
-        {"value": 0.9, "learner": 1, "timestamp": "2023-11-14T22:13:20.000Z", "step": 1},
-        {"value": 0.8, "learner": 2, "timestamp": "2023-11-14T22:13:20.500Z", "step": 1},
-        {"value": 0.7, "learner": 1, "timestamp": "2023-11-14T22:13:21.250Z", "step": 2},
-    ]
-
-
-def test_extract_metrics_with_no_metrics_or_records() -> None:
-    assert extract_metrics([LogRecord(1, T0, "loss=1")], []) == {}
-    assert extract_metrics([], [LOSS]) == {"loss": []}
-
-
-def test_extract_metrics_keeps_named_groups() -> None:
-    line = "step 3 loss=0.125"
-    result = extract_metrics([LogRecord(1, T0, line)], [("loss", r"loss=(?P<v>[0-9.]+)")])
-    assert [(p["value"], p["step"]) for p in result["loss"]] == [(0.125, 3)]
-
-
-def test_extract_metrics_refuses_a_regex_re2_cannot_run() -> None:
-    with pytest.raises(ValueError, match="backreferences"):
-        extract_metrics([LogRecord(1, T0, "aa")], [("a", r"(a)\1")])
-
-
-# A backtracking matcher (Python's re) takes time exponential in the run of a's or x's on
-# these; it would not finish on a megabyte. The script times extract_metrics on a log of
-# `size` bytes (lines of the wrapper's largest size, 64 KiB, the last one cut short) and
-# on a single line of that size, each pattern against the input it explodes on.
-_TIMED = """
-import sys, time
-from service.logs import LogRecord, extract_metrics
-size = int(sys.argv[1])
-cases = [("a", "(a+)+$", "a", "b"), ("x", "(x+x+)+y", "x", "z")]
-total = 0.0
-for name, regex, fill, tail in cases:
-    lines = [fill * (64 * 1024 - 1) + tail for _ in range(size // (64 * 1024))]
-    for records in ([LogRecord(1, 0.0, line) for line in lines],
-                    [LogRecord(1, 0.0, fill * (size - 1) + tail)]):
-        start = time.perf_counter()
-        found = extract_metrics(records, [(name, regex)])
-        total += time.perf_counter() - start
-        assert found == {name: []}, found
-print(total)
-"""
-
-
-def _time_catastrophic_metrics(size: int) -> float:
-    import subprocess
-    import sys
-
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _TIMED, str(size)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"metric regexes on {size} bytes of log did not finish in 60 s")
-    return float(done.stdout)
-
-
-def test_catastrophic_metric_regexes_run_in_linear_time() -> None:
-    small = _time_catastrophic_metrics(256 * 1024)
-    large = _time_catastrophic_metrics(1024 * 1024)
-    # Milliseconds on RE2; the bound is generous for a loaded machine. Four times the
-    # input may take four times as long (and some slack), never the square of it.
-    assert large < 2.0, large
-    assert large < 16 * small + 0.2, (small, large)
 
 
 # -- pages ------------------------------------------------------------------------------------

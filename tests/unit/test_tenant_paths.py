@@ -69,7 +69,7 @@ ALLOWED: dict[str, str] = {
     "service/storage/local.py::LocalObjectStore._info": "an object in the store's root",
     "service/storage/local.py::LocalObjectStore.put_file": "a platform-owned file (put_file)",
     "service/storage/local.py::LocalObjectStore.stat": "an object in the store's root",
-    "service/storage/local.py::LocalObjectStore.list": "the store's root",
+    "service/storage/local.py::LocalObjectStore._walk": "directories of the store's root",
     "service/storage/local.py::LocalObjectStore.delete_prefix": "the store's root",
     "service/storage/s3.py::S3ObjectStore.put_file": "a platform-owned file (put_file)",
     # The local backend: its training directory's own files (not the learners' dirs) and /proc.

@@ -54,6 +54,9 @@ class StartRequest:
     # whether they read their TensorBoard event files' scalars as the training's metrics.
     log_dir_sync_seconds: float = 10.0
     tensorboard_metrics: bool = False
+    # The manifest's metric regexes, (name, regex) each, which learners apply to their
+    # output as they log it (LearnerSpec.log_metrics).
+    log_metrics: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,4 +180,5 @@ def learner_spec(
         restore_checkpoints=restore_checkpoints,
         log_dir_sync_seconds=request.log_dir_sync_seconds,
         tensorboard_metrics=request.tensorboard_metrics,
+        log_metrics=request.log_metrics,
     )

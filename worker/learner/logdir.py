@@ -1,7 +1,9 @@
 """LOG_DIR while the user's command runs: synced to the object store every
 `log_dir_sync_seconds` (new and changed files only), and, for a training whose metrics come
 from TensorBoard (`evaluation_metrics: {type: tensorboard}`), its event files' scalars read
-into metric points stored at `keys.tensorboard_metrics_key`.
+into metric points stored at `keys.tensorboard_metrics_key`; and, for a training with metric
+regexes, the points they found in the command's output so far (`worker.learner.logmetrics`,
+fed by the log tee) stored at `keys.log_metrics_key`.
 
 The event files are the tenant's output, so untrusted: they are read in the trusted
 wrapper (`worker.learner.scalars`, imported only for such a training), and what the API
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 from service.storage import keys
 from service.storage.base import ObjectStore
 from service.tenantfs import tree
+from worker.learner.logmetrics import LogMetrics
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import Transfers
 
@@ -35,8 +38,16 @@ class LogDirSync:
     they were last uploaded (`Transfers.synced`, which STORING uses too), each tried once:
     a store that is down now is tried again at the next pass."""
 
-    def __init__(self, spec: LearnerSpec, transfers: Transfers, store: ObjectStore) -> None:
+    def __init__(
+        self,
+        spec: LearnerSpec,
+        transfers: Transfers,
+        store: ObjectStore,
+        log_metrics: LogMetrics | None = None,
+    ) -> None:
         self.spec = spec
+        self.log_metrics = log_metrics
+        self._stored_log_version: tuple[int, int, bool] = (0, 0, False)
         self.transfers = transfers
         self.store = store
         self.reader: ScalarReader | None = None
@@ -54,12 +65,15 @@ class LogDirSync:
 
     def stop(self, *, last_pass: bool = True) -> None:
         """End the periodic passes and, with `last_pass`, make one more: what the command
-        wrote last (a stopped learner has only its stop grace and skips it)."""
+        wrote last (a stopped learner has only its stop grace and skips it, but for the
+        log's metric points: one small object)."""
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join()
         if last_pass:
             self.sync()
+        else:
+            self._store_log_metrics()
 
     def _run(self) -> None:
         while not self._stop.wait(self.spec.log_dir_sync_seconds):
@@ -85,6 +99,23 @@ class LogDirSync:
                 self._store_metrics()
         except Exception as e:
             self._warn("sync", f"syncing LOG_DIR failed: {type(e).__name__}: {e}")
+        self._store_log_metrics()
+
+    def _store_log_metrics(self) -> None:
+        """The log's metric points, if there are new ones since they were last stored."""
+        if self.log_metrics is None:
+            return
+        try:
+            version = self.log_metrics.version()
+            if version == self._stored_log_version:
+                return
+            data = self.log_metrics.document()
+            key = keys.log_metrics_key(self.spec.training_id, self.spec.learner_id)
+            self.store.put_stream(key, io.BytesIO(data), len(data))
+        except Exception as e:
+            self._warn("log-metrics", f"storing the log's metrics failed: {e}")
+            return
+        self._stored_log_version = version
 
     def _store_metrics(self) -> None:
         assert self.reader is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from service.logs.base import LogRecord, LogStore, iso_utc
 from service.storage import keys
+from worker.learner.logmetrics import LogMetrics
 
 MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most this size
 _READ_CHUNK = 64 * 1024
@@ -23,6 +24,19 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
     A line longer than MAX_LINE_BYTES is cut into pieces of at most that size, at a UTF-8
     character boundary where there is one nearby, so the rest never exceeds it.
     """
+    return _split(buffer, None)
+
+
+def split_pieces(buffer: bytes) -> tuple[list[bytes], list[int], bytes]:
+    """As `split_lines`, and the indexes of the pieces that do not end their line (a line
+    longer than MAX_LINE_BYTES was cut there, and the next piece, or the rest, goes on
+    with it): usually none."""
+    cuts: list[int] = []
+    lines, rest = _split(buffer, cuts)
+    return lines, cuts, rest
+
+
+def _split(buffer: bytes, cuts: list[int] | None) -> tuple[list[bytes], bytes]:
     lines: list[bytes] = []
     start = 0
     while True:
@@ -34,6 +48,8 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
             cut = start + MAX_LINE_BYTES
             while cut > start + MAX_LINE_BYTES - 3 and buffer[cut] & 0xC0 == 0x80:
                 cut -= 1  # do not split a multi-byte character
+            if cuts is not None:
+                cuts.append(len(lines))
             lines.append(buffer[start:cut])
             start = cut
         else:
@@ -60,6 +76,10 @@ class LogTee:
     another writes whatever has accumulated as one batch, as soon as there is something,
     so lines reach the store within the store's own latency and batches grow only when the
     store is slower than the command. At most _MAX_PENDING_BYTES are held in memory.
+
+    With `metrics`, each batch written is then handed to it (the training's metric
+    regexes, searched in a thread of its own: `LogMetrics.feed` never waits), the lines the
+    tee cut marked as such so a metric is found in the whole line.
     """
 
     def __init__(
@@ -70,8 +90,14 @@ class LogTee:
         local_file: Path,
         *,
         max_bytes: int | None = None,
+        metrics: LogMetrics | None = None,
     ) -> None:
         self._fd = -1
+        self._metrics = metrics
+        # For `metrics`: the records of `_pending` the tee cut (whose line goes on in the
+        # next record), and the marker line that ends a truncated log (not the command's).
+        self._pending_cut: list[LogRecord] = []
+        self._marker: LogRecord | None = None
         # Bytes of lines (each with its newline) this learner may log; past them one
         # marker line, then the rest is read and dropped.
         self._max_bytes = max_bytes
@@ -95,11 +121,14 @@ class LogTee:
     def start(self, fd: int) -> None:
         """Start reading `fd` (the tee owns it from now on and closes it at its end)."""
         self._fd = fd
+        if self._metrics is not None:
+            self._metrics.start()
         self._reader.start()
         self._writer.start()
 
     def close(self, timeout: float) -> None:
-        """Wait up to `timeout` s for the output to end, then write what was read; idempotent."""
+        """Wait up to `timeout` s for the output to end, then write what was read, and
+        (up to `timeout` s more) search it for metrics; idempotent."""
         started = self._reader.ident is not None
         if started:
             self._reader.join(timeout)
@@ -108,15 +137,22 @@ class LogTee:
             self._cond.notify_all()
         if started:
             self._writer.join()
+        if self._metrics is not None:  # what was written is searched before it is stored
+            self._metrics.close(timeout)
         with contextlib.suppress(OSError):
             os.close(self._local)
 
     def _read(self) -> None:
         rest = b""
         try:
-            while chunk := os.read(self._fd, _READ_CHUNK):
-                lines, rest = split_lines(rest + chunk)
-                self._put(lines)
+            if self._metrics is None:
+                while chunk := os.read(self._fd, _READ_CHUNK):
+                    lines, rest = split_lines(rest + chunk)
+                    self._put(lines)
+            else:
+                while chunk := os.read(self._fd, _READ_CHUNK):
+                    lines, cuts, rest = split_pieces(rest + chunk)
+                    self._put(lines, cuts)
             if rest:
                 self._put([rest])
         except OSError as e:
@@ -129,26 +165,28 @@ class LogTee:
                 self._eof = True
                 self._cond.notify_all()
 
-    def _put(self, lines: list[bytes]) -> None:
+    def _put(self, lines: list[bytes], cuts: list[int] | None = None) -> None:
         now = time.time()
         with self._cond:
             while self._pending_bytes > _MAX_PENDING_BYTES and not self._closed:
                 self._cond.wait()
             if self._closed:
                 return
-            for raw in lines:
+            for i, raw in enumerate(lines):
                 if self._truncated:
                     break
                 if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
                     self._truncated = True
-                    self._pending.append(
-                        LogRecord(self._learner, now, truncated_marker(self._max_bytes))
-                    )
+                    self._marker = LogRecord(self._learner, now, truncated_marker(self._max_bytes))
+                    self._pending.append(self._marker)
                     break
                 self._logged += len(raw) + 1
                 line = raw.removesuffix(b"\r").decode("utf-8", "replace")
-                self._pending.append(LogRecord(self._learner, now, line))
+                record = LogRecord(self._learner, now, line)
+                self._pending.append(record)
                 self._pending_bytes += len(raw)
+                if cuts and i in cuts:
+                    self._pending_cut.append(record)
             self._cond.notify_all()
 
     def _write(self) -> None:
@@ -156,13 +194,17 @@ class LogTee:
             with self._cond:
                 while not self._pending and not self._eof:
                     self._cond.wait()
+                size = self._pending_bytes
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
+                cut, self._pending_cut = self._pending_cut, []
                 self._cond.notify_all()
             if not batch:
                 if self._unsent:  # the store missed the last lines: try once more to say so
                     self._send([])
                 return
             self._emit(batch)
+            if self._metrics is not None:
+                self._metrics.feed(batch, size, cut, self._marker)
 
     def _emit(self, batch: list[LogRecord]) -> None:
         text = _local_text(batch)

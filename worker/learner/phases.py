@@ -27,6 +27,7 @@ from service.storage import keys
 from service.storage.base import ObjectStore
 from worker.learner.host import Rendezvous
 from worker.learner.logdir import LogDirSync
+from worker.learner.logmetrics import LogMetrics
 from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
 from worker.learner.status import Status, StatusReporter
@@ -163,12 +164,14 @@ class Learner:
     def run_command(self, store: ObjectStore, log_store: LogStore) -> int:
         spec = self.spec
         self.private_dir.mkdir(parents=True, exist_ok=True)
+        metrics = LogMetrics(spec.learner_id, spec.log_metrics) if spec.log_metrics else None
         tee = LogTee(
             spec.learner_id,
             spec.training_id,
             log_store,
             self.log_path,
             max_bytes=spec.max_log_bytes,
+            metrics=metrics,
         )
         try:
             limits.prepare(self.enforcement)
@@ -184,7 +187,7 @@ class Learner:
                 f"learner {spec.learner_id} could not start its command: {e}"
             ) from e
         assert proc.stdout is not None
-        sync = LogDirSync(spec, self.transfers, store)
+        sync = LogDirSync(spec, self.transfers, store, metrics)
         halted = True  # until supervision says otherwise
         try:
             self.status(TrainingState.RUNNING, child_pid=proc.pid)

@@ -31,6 +31,7 @@ from service.storage.base import ObjectStore
 from service.tenantfs import TenantDir
 from worker.learner import pod_io
 from worker.learner.logdir import LogDirSync
+from worker.learner.logmetrics import LogMetrics
 from worker.learner.logtee import LogTee
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import PlatformError, Transfers, open_log_sink, open_store
@@ -136,9 +137,10 @@ class Agent:
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
 
-    def tee(self, log_store: LogStore) -> None:
+    def tee(self, log_store: LogStore, metrics: LogMetrics | None = None) -> None:
         """Send the command's output to the log store (and the learner's log file) until
-        the command has ended, or the agent is stopped, and every line has been sent."""
+        the command has ended, or the agent is stopped, and every line has been sent; with
+        `metrics`, search it for the training's metric regexes as it goes."""
         spec = self.spec
         tee = LogTee(
             spec.learner_id,
@@ -146,6 +148,7 @@ class Agent:
             log_store,
             self.log_path,
             max_bytes=spec.max_log_bytes,
+            metrics=metrics,
         )
         read_end, write_end = os.pipe()
         tee.start(read_end)
@@ -224,10 +227,12 @@ def agent(spec_path: Path, io_dir: Path, private_dir: Path, termination_log: str
         signal.signal(sig, sidecar.on_signal)
     # LOG_DIR (the `work` volume the agent mounts) synced while the command runs, as the
     # local wrapper does, with the TensorBoard metrics where the manifest asks for them.
-    sync = LogDirSync(spec, sidecar.transfers, store)
+    # The metric regexes' points are stored with those syncs (and once more at the end).
+    metrics = LogMetrics(spec.learner_id, spec.log_metrics) if spec.log_metrics else None
+    sync = LogDirSync(spec, sidecar.transfers, store, metrics)
     sync.start()
     try:
-        sidecar.tee(log_store)
+        sidecar.tee(log_store, metrics)
     except Exception as e:  # what was read is in the learner's log: store that at least
         print(f"learner wrapper: following the output failed: {e}", file=sys.stderr)
     finally:

@@ -74,6 +74,10 @@ class LearnerSpec:
     # keys.tensorboard_metrics_key (the manifest's `evaluation_metrics: {type: tensorboard}`).
     log_dir_sync_seconds: float = 10.0
     tensorboard_metrics: bool = False
+    # The manifest's `evaluation_metrics` regexes, (name, regex) each: applied to the
+    # command's output as the log tee writes it, the points stored at keys.log_metrics_key
+    # (with LOG_DIR's syncs, and once more at the end).
+    log_metrics: tuple[tuple[str, str], ...] = ()
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         **{
@@ -104,6 +108,7 @@ class LearnerSpec:
         "restore_checkpoints": OPT_STR,
         "log_dir_sync_seconds": (int, float),
         "tensorboard_metrics": (bool,),
+        "log_metrics": (list,),
     }
 
     @classmethod
@@ -113,6 +118,13 @@ class LearnerSpec:
             raise SpecError("spec.argv: a list of strings is expected")
         if not all(isinstance(v, str) for v in values["env"].values()):
             raise SpecError("spec.env: string values are expected")
+        pairs = values.get("log_metrics", [])
+        if not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in pairs
+        ):
+            raise SpecError("spec.log_metrics: a list of [name, regex] pairs is expected")
+        values["log_metrics"] = tuple((name, regex) for name, regex in pairs)
         values["store"] = StoreConfig.from_dict(values["store"], "spec.store")
         values["log_sink"] = LogSinkConfig.from_dict(values["log_sink"], "spec.log_sink")
         for name in ("training_data", "results_target"):

@@ -235,8 +235,18 @@
   // ---- results and actions ------------------------------------------------------------
   async function loadResults() {
     if (gone) return;
+    // The listing comes in pages of up to 1,000 files (next_cursor); the page shows the
+    // first ten of them at most (every file is in results.tar.gz).
     try {
-      results = (await api("GET", `${base}/results`)).files || [];
+      results = [];
+      let cursor = null;
+      for (let page = 0; page < 10; page++) {
+        const query = cursor === null ? "" : `?cursor=${encodeURIComponent(cursor)}`;
+        const listed = await api("GET", `${base}/results${query}`);
+        results.push(...(listed.files || []));
+        cursor = listed.next_cursor || null;
+        if (cursor === null) break;
+      }
     } catch (e) {
       results = [];
     }

@@ -126,6 +126,24 @@ def _labels(obj: dict[str, Any]) -> dict[str, str]:
     return labels if isinstance(labels, dict) else {}
 
 
+def training_scope(request: StartRequest) -> scoped.TrainingScope:
+    """What a training's pods may touch in the platform's store: read its model
+    definition and the checkpoints it restores; read and write its results, its metrics
+    (`keys.metrics_prefix`: the TensorBoard and log metric documents its agents store) and
+    this attempt's checkpoints."""
+    training_id = request.spec.training_id
+    return scoped.TrainingScope(
+        training_id=training_id,
+        read_keys=(request.model_definition_key,),
+        read_prefixes=(request.restore_checkpoints,) if request.restore_checkpoints else (),
+        write_prefixes=(
+            request.results_prefix,
+            keys.metrics_prefix(training_id),
+            keys.attempt_checkpoints_prefix(training_id, request.attempt),
+        ),
+    )
+
+
 class KubernetesBackend:
     def __init__(
         self,
@@ -296,17 +314,7 @@ class KubernetesBackend:
                     why,
                 )
             return store
-        training_id = request.spec.training_id
-        scope = scoped.TrainingScope(
-            training_id=training_id,
-            read_keys=(request.model_definition_key,),
-            read_prefixes=(request.restore_checkpoints,) if request.restore_checkpoints else (),
-            write_prefixes=(
-                request.results_prefix,
-                keys.metrics_prefix(training_id),
-                keys.attempt_checkpoints_prefix(training_id, request.attempt),
-            ),
-        )
+        scope = training_scope(request)
         duration = scoped.session_seconds(
             request.max_runtime or DEFAULT_MAX_RUNTIME, self.store_session_max_seconds
         )
