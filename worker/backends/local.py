@@ -45,6 +45,7 @@ from service import sandbox
 from service.domain.lifecycle import LearnerObservation
 from service.runtimes import RuntimeInfo
 from service.sandbox import limits
+from service.sandbox.isolated import python_argv
 from service.sandbox.limits import Enforcement, ResourceLimits
 from service.storage import open_store
 from service.storage.base import ObjectStore
@@ -75,12 +76,28 @@ _UNSANDBOXED_NOTE = "the learners' commands run without a sandbox here ({why})"
 # The platform's own learners (mpirun and its daemons, MPI hosts' placeholder) run in
 # the learner's namespaces but outside the sandbox; their ranks enter it.
 _PLATFORM_ROLES = (Role.MPI_LAUNCHER, Role.MPI_HOST)
+# Where the platform's own processes near a training run from: a directory no tenant can
+# write to (never MODEL_DIR). mpirun starts there and its ranks' prefix too (`--wdir`);
+# the prefix moves to MODEL_DIR itself just before it becomes the tenant's command.
+PLATFORM_CWD = "/"
 _GIB = 1024**3
 
 
 def _rank_output(tdir: Path, learner_id: int) -> Path:
     """The file an MPI host's ranks write their output to; the host relays it to its log."""
     return tdir / f"learner-{learner_id}" / "rank-output"
+
+
+def wrapper_argv(spec_path: Path, host_path: Path) -> list[str]:
+    """The learner wrapper's command: the platform's Python, isolated (no working
+    directory, environment or user site directory on its path), from its own source."""
+    return python_argv("worker.learner", str(spec_path), str(host_path))
+
+
+def rank_prefix_argv(ranks_path: Path) -> list[str]:
+    """What every MPI rank runs first (worker.learner.rank), isolated as the wrapper:
+    it starts in the launcher's environment, whose HOME is a tenant's directory."""
+    return python_argv("worker.learner.rank", str(ranks_path), "--")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -356,7 +373,9 @@ class LocalBackend:
                 os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
                 lp = dataclasses.replace(lp, argv=("tail", "-n", "+1", "-f", str(output)))
             run_prefix = net.enter_argv(lp.hostname) if net else []
-            if not platform_run:
+            if platform_run:
+                run_prefix += ["env", f"--chdir={PLATFORM_CWD}"]
+            else:
                 run_prefix += sandboxes[lp.learner_id]
             ready = rendezvous / f"learner-{lp.learner_id}.ready"
             peers = [
@@ -458,7 +477,7 @@ class LocalBackend:
             )
         if mpirun is None:
             raise RuntimeError("mpirun is not installed (pip install 'dlaas[mpi]')")
-        options: list[str] = ["--mca", "btl", "tcp,self"]
+        options: list[str] = ["--mca", "btl", "tcp,self", "--wdir", PLATFORM_CWD]
         if net is not None:
             # Root inside the learners' user namespace; daemons start through the agent
             # that enters the target learner (the local analogue of kubectl exec).
@@ -467,12 +486,11 @@ class LocalBackend:
             options += ["--prtemca", "oob_tcp_if_include", SUBNET]
         elif os.geteuid() == 0:
             options.append("--allow-run-as-root")
-        rank_prefix = (sys.executable, "-m", "worker.learner.rank", str(tdir / "ranks.json"), "--")
         return MpiSetup(
             mpirun=mpirun,
             hostfile_path=str(tdir / "hostfile"),
             options=tuple(options),
-            rank_prefix=rank_prefix,
+            rank_prefix=tuple(rank_prefix_argv(tdir / "ranks.json")),
         )
 
     @staticmethod
@@ -507,9 +525,8 @@ class LocalBackend:
         if runtime is not None:
             # Its own libmpi, not the one a cached Horovod wheel was built against.
             env["LD_LIBRARY_PATH"] = runtime.lib_dir
-        # The rank prefix and the MPI agent import the platform's modules; the sandbox
-        # unsets it, so the user's command does not.
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+        # No PYTHONPATH: the platform's own Python (the rank prefix, the MPI agent) names
+        # its source explicitly and ignores the environment (service.sandbox.isolated).
         return env
 
     @staticmethod
@@ -536,28 +553,18 @@ class LocalBackend:
         log = spec_path.with_name("wrapper.log")
         # setsid -f: the wrapper leads its own session and is nobody's child here, so it
         # outlives this worker and leaves no zombie behind.
+        # Its working directory is the learner's private one (0700, never in a sandbox).
         with open(log, "ab") as out:
             subprocess.run(
-                [
-                    "setsid",
-                    "-f",
-                    sys.executable,
-                    "-m",
-                    "worker.learner",
-                    str(spec_path),
-                    str(host_path),
-                ],
+                ["setsid", "-f", *wrapper_argv(spec_path, host_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
                 check=True,
                 cwd=str(spec_path.parent),
-                env={
-                    # The platform's settings (S3 and encryption keys among them) stay out of
-                    # the wrapper's environment: it reads everything from its spec file.
-                    **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
-                    "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-                },
+                # The platform's settings (S3 and encryption keys among them) stay out of
+                # the wrapper's environment: it reads everything from its spec file.
+                env={k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
             )
 
     # -- observe -------------------------------------------------------------------------

@@ -60,12 +60,13 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from service.sandbox.isolated import python_argv
 
 SUBNET = "10.233.0.0/24"
 _PREFIX = "10.233.0."
@@ -179,6 +180,13 @@ def _kill_userns(userns: str, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def agent_script(state_dir: Path) -> str:
+    """The ``mpi-agent`` shell script: the platform's Python, isolated (mpirun calls it
+    from learner 1's environment, whose HOME is a tenant's), running ``netns_agent``."""
+    command = python_argv("worker.backends.netns_agent", str(state_dir))
+    return f'#!/bin/sh\nexec {shlex.join(command)} "$@"\n'
+
+
 def _names(hostname: str) -> tuple[str, ...]:
     """A learner's names in the hosts file: `<prefix>-<i>`, and `<prefix>-<i>.<prefix>`."""
     prefix, sep, index = hostname.rpartition("-")
@@ -248,15 +256,7 @@ class LearnerNetwork:
         mine = "".join(f"{a}\t{' '.join(_names(h))}\n" for h, a in self.addresses.items())
         (self.state_dir / "hosts").write_text(f"{system.rstrip()}\n# DLaaS learners\n{mine}")
         agent = self.state_dir / "mpi-agent"
-        root = str(Path(__file__).resolve().parents[2])
-        code = (
-            f"import sys; sys.path.insert(0, {root!r}); "
-            "from worker.backends.netns_agent import main; sys.exit(main())"
-        )
-        agent.write_text(
-            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} "
-            f'{shlex.quote(str(self.state_dir))} "$@"\n'
-        )
+        agent.write_text(agent_script(self.state_dir))
         agent.chmod(0o755)
         state = {k: v for k, v in vars(self).items() if k != "state_dir"}
         tmp = self.state_dir / "state.json.tmp"
