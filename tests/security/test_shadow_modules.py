@@ -11,19 +11,30 @@ and environment full of such modules, each of which leaves a marker file when im
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from service import sandbox
 from service.scoring import process
+from tests.integration.platform_harness import (
+    EXAMPLES,
+    ROOT,
+    LivePlatform,
+    ensure_runtime,
+    live_platform,
+)
 from worker.backends import local
 from worker.backends.kubernetes import layout
 from worker.backends.local import LocalBackend
@@ -273,3 +284,101 @@ def test_the_user_site_is_a_route_that_isolation_closes(place: Place) -> None:
     left = _plain(place, [str(BASE_PYTHON), "-c", "pass"])
     # usercustomize: the user site's, or PYTHONPATH's (first on the path) in its stead.
     assert "user-site-pth" in left and any(n.endswith("-usercustomize") for n in left)
+
+
+# -- end to end: real MPI trainings whose code archive shadows the platform -------------------
+
+# What each shadowing module of the archive does where it is imported: read every file of
+# DLAAS_HOME it can (its secret key, client.json, the database), and where it read any,
+# say so on its output, leave a marker outside the learner's directories and copy the
+# list into RESULT_DIR for its owner to download. In the sandbox it can read none.
+_ATTACK = """
+import os, pathlib, sys
+found = []
+for root, _dirs, files in os.walk({home!r}):
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError:
+            continue
+        found.append(path)
+if found:
+    print("shadow {name} read " + " ".join(found), flush=True)
+    try:
+        os.makedirs({markers!r}, exist_ok=True)
+        pathlib.Path({markers!r}, {name!r}).write_text("\\n".join(found))
+        pathlib.Path(os.environ.get("RESULT_DIR", "."), "leaked-{name}.txt").write_text(
+            "\\n".join(found)
+        )
+    except OSError:
+        pass
+"""
+_SHADOWS = (
+    "worker/__init__.py",
+    "worker/__main__.py",
+    "worker/learner/__init__.py",
+    "worker/learner/__main__.py",
+    "worker/learner/rank.py",
+    "worker/backends/__init__.py",
+    "worker/backends/netns_agent.py",
+    "service/__init__.py",
+    "service/sandbox/__init__.py",
+    "composition/__init__.py",
+    "dlaas/__init__.py",
+    "sitecustomize.py",
+    "usercustomize.py",
+)
+MPI_TRAININGS = {
+    "tensorflow-horovod": ("03-tensorflow-horovod.yaml", "horovod-tf2"),
+    "tensorflow-ddl": ("04-tensorflow-ddl.yaml", "ddl-mnist-style"),
+}
+
+
+def shadowing_archive(example: Path, home: Path, markers: Path) -> bytes:
+    """The example's code, plus modules named like the platform's that attack it."""
+    files = {p.relative_to(example).as_posix(): p.read_bytes() for p in example.rglob("*.py")}
+    for relative in _SHADOWS:
+        attack = _ATTACK.format(home=str(home), markers=str(markers), name=_module_name(relative))
+        files[relative] = attack.encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in sorted(files.items()):
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def mpi_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    ensure_runtime("horovod-tf2.14")
+    ensure_runtime("ddl-tf2.14")
+    root = tmp_path_factory.mktemp("shadow")
+    with live_platform(root / "home", f"sqlite:///{root / 'dlaas.db'}") as p:
+        yield p
+
+
+@pytest.mark.parametrize("framework", sorted(MPI_TRAININGS))
+def test_an_mpi_training_shadowing_the_platform_runs_only_the_tenants_command(
+    framework: str, mpi_platform: LivePlatform, tmp_path: Path
+) -> None:
+    manifest_name, example = MPI_TRAININGS[framework]
+    manifest = yaml.safe_load((ROOT / "manifests" / manifest_name).read_text())
+    assert manifest["framework"]["name"] == framework
+    home = mpi_platform.settings.home_dir
+    markers = tmp_path / "markers"
+    archive = shadowing_archive(EXAMPLES / example, home, markers)
+    t = mpi_platform.submit(manifest, archive)
+    done = mpi_platform.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=600)
+    logs = mpi_platform.logs(t["id"])
+    results = mpi_platform.results(t["id"])
+    # No shadowing module ran outside the sandbox: none read DLAAS_HOME (printed,
+    # stored as a result) nor wrote outside the learner's directories.
+    assert not markers.exists(), sorted(p.name for p in markers.iterdir())
+    assert "shadow " not in logs and str(home) not in logs, logs[-3000:]
+    assert not [name for name in results if name.startswith("leaked-")], sorted(results)
+    # And the tenant's own command ran, on both learners, to its end.
+    assert done["status"] == "COMPLETED", (done, logs[-3000:])
+    assert re.search(r"rank=0 size=2 ", logs) and re.search(r"rank=1 size=2 ", logs), logs
+    checksums = dict(re.findall(r"rank=(\d) checksum=(-?[0-9.]+)", logs))
+    assert set(checksums) == {"0", "1"} and checksums["0"] == checksums["1"], logs[-3000:]

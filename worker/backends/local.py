@@ -1,18 +1,33 @@
 """The local backend: this machine as a small cluster, one process tree per learner.
 
-Every learner is a learner wrapper (`python -m worker.learner SPEC`) in its own session,
-so it outlives the worker that started it: a worker killed mid-training is simply
-restarted, and the monitor keeps observing the learners through their status files. The
-wrapper (trusted: it fetches and stores with the credentials) runs outside; the user's
-command runs inside the learner's network and UTS namespaces (worker.backends.netns), so
-every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222,
-as in a pod, and there inside a sandbox (service.sandbox: bubblewrap) that shows it only
-the system, the runtime and its own training's directories. MPI jobs: `mpirun` and its
-daemons (the runtime's Open MPI) are the platform's, run in the learners' namespaces;
-each rank enters its learner's sandbox (worker.learner.rank). Where namespaces are
-unavailable the learners share the loopback on distinct ports (carried in TF_CONFIG);
-where no sandbox can be made the commands run unsandboxed (only the local tenant's, unless
+Every learner is a learner wrapper (`python -I ... worker.learner SPEC HOST`, see
+`wrapper_argv`) in its own session, so it outlives the worker that started it: a worker
+killed mid-training is simply restarted, and the monitor keeps observing the learners
+through their status files. The wrapper (trusted: it fetches and stores with the
+credentials) runs outside, from the learner's private directory; the user's command runs
+inside the learner's network and UTS namespaces (worker.backends.netns), so every learner
+is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222, as in a pod,
+and there inside a sandbox (service.sandbox: bubblewrap) that shows it only the system,
+the runtime and its own training's directories. Where namespaces are unavailable the
+learners share the loopback on distinct ports (carried in TF_CONFIG); where no sandbox can
+be made the commands run unsandboxed (only the local tenant's, unless
 DLAAS_ALLOW_UNSANDBOXED); the training's status says so.
+
+What runs where in an MPI job (Horovod, DDL):
+- learner 1's wrapper starts `mpirun` (the runtime's Open MPI) in learner 1's namespaces,
+  outside the sandbox, from `/` (PLATFORM_CWD; never MODEL_DIR), with `--wdir /`;
+- mpirun starts the other learners' daemons (`prted`) through the MPI agent
+  (`<work>/net/mpi-agent`, worker.backends.netns_agent), which enters that learner's
+  namespaces; the daemons too run outside the sandbox, from `/`;
+- every rank first runs the rank prefix (`rank_prefix_argv`, worker.learner.rank) as the
+  platform's user: it sets the learner's variables, moves to MODEL_DIR, applies the
+  learner's limits and execs the tenant's command inside the learner's sandbox.
+mpirun, the daemons, the agent and the prefix start in learner 1's environment, whose
+HOME is a tenant's directory: each Python of them starts isolated
+(service.sandbox.isolated: `python -I`, the platform's source root named explicitly), so
+no module a tenant wrote (MODEL_DIR, HOME's user site, PYTHONPATH) is on its path
+(tests/security/test_shadow_modules.py). mpirun and its daemons themselves still run
+outside the sandbox, as the platform's user.
 
 Layout under DLAAS_HOME/work/<training id>/: state.json (what was started),
 net/ (the learner network), results/ (RESULT_DIR, shared by all learners), rendezvous/,

