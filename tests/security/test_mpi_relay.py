@@ -119,6 +119,25 @@ def test_a_directory_descriptor_is_refused(relay: Path, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_silent_connection_is_dropped_and_requests_over_the_bound_refused(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "relay"
+    directory.mkdir()
+    hosts = {HOST: RelayHost(prefix=(), env={"PATH": "/usr/bin:/bin"})}
+    relay = MpiRelay(directory, hosts, max_active=1, request_timeout=1.0)
+    with relay.serving(), socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as silent:
+        silent.connect(str(directory / SOCKET_NAME))
+        # The one slot is taken by the silent connection: the next is refused at once.
+        done = client(directory, HOST, "echo ran")
+        assert done.returncode == 255 and done.stdout == ""
+        # Then the silent one is answered (refused) once its time is up, and the slot free.
+        silent.settimeout(5)
+        assert json.loads(silent.recv(4096)) == {"exit": 255}
+        done = client(directory, HOST, "echo ran")
+        assert done.returncode == 0 and done.stdout == "ran\n"
+
+
 HOSTS = {HOST: RelayHost(prefix=("bwrap", "--"), env={})}
 
 

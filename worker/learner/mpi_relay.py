@@ -11,10 +11,11 @@ learner of this training, runs `sh -c COMMAND` inside that learner's namespaces 
 sandbox** (the learner's own prefix, environment and resource limits, as its own command
 would run) with the received descriptors, and answers the exit code.
 
-The request is the tenant's input: one datagram-sized message of at most
-`MAX_REQUEST` bytes with exactly three descriptors, a JSON object of a known host and a
-command of at most `MAX_COMMAND` characters. Nothing it asks for runs outside a sandbox:
-the prefix comes from the backend, never from the request.
+The request is the tenant's input: one message of at most `MAX_REQUEST` bytes with
+exactly three descriptors (no directory), a JSON object of a known host and a command of
+at most `MAX_COMMAND` characters, sent within `REQUEST_TIMEOUT` seconds; at most
+`MAX_ACTIVE` requests are served at once, the others refused. Nothing it asks for runs
+outside a sandbox: the prefix comes from the backend, never from the request.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from service.sandbox.limits import Enforcement
 
 MAX_REQUEST = 64 * 1024
 MAX_COMMAND = 32 * 1024
+# Requests served at once (a daemon per learner is what mpirun asks for), and how long
+# a connection may take to send its request.
+MAX_ACTIVE = 64
+REQUEST_TIMEOUT = 10.0
 SOCKET_NAME = "relay.sock"
 # What the client gets when the relay refuses or fails (ssh's own failure code).
 REFUSED = 255
@@ -99,9 +104,18 @@ def socket_address(dirfd: int) -> str:
 class MpiRelay:
     """The relay of one training: serves `directory/relay.sock` while in `serving()`."""
 
-    def __init__(self, directory: Path, hosts: dict[str, RelayHost]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        hosts: dict[str, RelayHost],
+        *,
+        max_active: int = MAX_ACTIVE,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.directory = directory
         self.hosts = hosts
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_active)
         self._children: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -142,13 +156,25 @@ class MpiRelay:
                 conn, _ = listener.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                with conn, contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"exit": REFUSED}).encode())
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._answer(conn)
+        finally:
+            self._slots.release()
+
+    def _answer(self, conn: socket.socket) -> None:
         fds: list[int] = []
         with conn:
             try:
+                conn.settimeout(self.request_timeout)
                 data, fds, flags, _ = socket.recv_fds(conn, MAX_REQUEST, 8)
+                conn.settimeout(None)
                 if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                     raise RelayRefused(f"a request has at most {MAX_REQUEST} bytes")
                 for fd in fds:
