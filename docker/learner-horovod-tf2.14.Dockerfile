@@ -46,7 +46,7 @@ ENV PATH=/opt/dlaas/venv/bin:$PATH \
 USER 1000:1000
 WORKDIR /home/dlaas
 EXPOSE 2022
-# One learner: `python -m worker.learner SPEC.json HOST.json` (fetch, run, store). On
+# One learner: `python -I -m worker.learner SPEC.json HOST.json` (fetch, run, store). On
 # Kubernetes the backend gives each container its command: the MPI hosts run
 # `/usr/sbin/sshd -D -e -f /etc/dlaas/sshd_config -p PORT -o HostKey=... ...`.
-ENTRYPOINT ["python", "-m", "worker.learner"]
+ENTRYPOINT ["python", "-I", "-m", "worker.learner"]

@@ -25,5 +25,5 @@ ENV PATH=/opt/dlaas/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER 1000:1000
 WORKDIR /home/dlaas
-# One learner: `python -m worker.learner SPEC.json HOST.json` (fetch, run, store).
-ENTRYPOINT ["python", "-m", "worker.learner"]
+# One learner: `python -I -m worker.learner SPEC.json HOST.json` (fetch, run, store).
+ENTRYPOINT ["python", "-I", "-m", "worker.learner"]

@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import itertools
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONS = ("python", "python3")
+_PYTHON_FLAGS = ("-I", "-E", "-s", "-S", "-P", "-u", "-B")
 
 
 def console_scripts() -> set[str]:
@@ -66,6 +68,8 @@ def command_problems(argv: list[str]) -> list[str]:
         return ["empty command"]
     program = argv[0].rsplit("/", 1)[-1]
     if program in PYTHONS:
+        # Interpreter flags before -m/-c (-I: isolated, as the learner images start).
+        argv = [argv[0], *itertools.dropwhile(lambda a: a in _PYTHON_FLAGS, argv[1:])]
         if len(argv) >= 3 and argv[1] == "-m":
             module = argv[2]
             if importlib.util.find_spec(module) is None:

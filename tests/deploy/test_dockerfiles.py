@@ -85,7 +85,8 @@ def test_the_entry_point_names_what_the_package_has(path: Path) -> None:
     assert argv, "no ENTRYPOINT nor CMD"
     assert command_problems(argv) == []
     if path in LEARNERS:
-        assert argv == ["python", "-m", "worker.learner"]
+        # Isolated: the working directory, PYTHONPATH and the user site are not its path.
+        assert argv == ["python", "-I", "-m", "worker.learner"]
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)

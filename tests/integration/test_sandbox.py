@@ -161,6 +161,8 @@ def assert_contained(
     victim: dict[str, Any],
     training_id: str,
     python: str = sys.executable,
+    *,
+    mpi: bool = False,
 ) -> None:
     assert found["read"] == dict.fromkeys(found["read"]), found["read"]
     # DLAAS_HOME shows only the path down to the training's own directories.
@@ -175,12 +177,25 @@ def assert_contained(
     }
     assert set(found["listed"]["root_home"] or []) <= runtime, found["listed"]
     assert found["environ"] == dict.fromkeys(found["environ"]), found["environ"]
-    # Only its own processes: the sandbox's init, the shell, python, maybe mpirun's none.
+    # Only its own processes: the sandbox's init, the shell, python; an MPI rank also its
+    # training's mpirun (learner 1) or daemon (the others), which run in its sandbox.
     commands = list(found["processes"].values())
-    assert len(commands) <= 6, commands
+    assert len(commands) <= (8 if mpi else 6), "\n".join(commands)
+    mpi_own = (sandbox.bwrap_executable() or "bwrap", "/bin/sh -c PRTE_PREFIX=", python)
+    mpi_names = ("/prterun ", "/mpirun ", "/prted ")
     # Every process it sees is its own command's (bwrap's init inside, the shell, python).
-    assert all("probe.py" in c for c in commands), commands
-    for forbidden in ("celery", "-m worker", "prted", "mpirun", "sleep(600)"):
+    assert all(
+        "probe.py" in c
+        or (
+            mpi
+            and (c.startswith(mpi_own) or any(n in c.split(" -", 1)[0] + " " for n in mpi_names))
+        )
+        for c in commands
+    ), "\n".join(commands)
+    forbidden_names = ("celery", "-m worker", "sleep(600)")
+    if not mpi:
+        forbidden_names += ("prted", "mpirun")
+    for forbidden in forbidden_names:
         assert not any(c.startswith(forbidden) or f" {forbidden}" in c for c in commands), (
             forbidden,
             commands,
@@ -252,7 +267,7 @@ def test_mpi_ranks_are_sandboxed_too(
     results = live.results(t["id"])
     for rank in (0, 1):
         found = json.loads(results[f"probe-rank-{rank}.json"])
-        assert_contained(found, victim, t["id"], mpi_runtime.python)
+        assert_contained(found, victim, t["id"], mpi_runtime.python, mpi=True)
     assert not (live.settings.home_dir / "pwned.txt").exists()
     assert not (tmp_path / "pwned.txt").exists()
 

@@ -498,12 +498,15 @@ def test_fetch_then_agent_sidecar_then_the_learner(case: str) -> None:
         fetch, agent = pod["spec"]["initContainers"]
         spec_path = f"/var/run/dlaas/spec/learner-{i}.json"
         assert fetch["name"] == "fetch" and "restartPolicy" not in fetch
-        assert fetch["command"] == ["python", "-m", "worker.learner.pod", "fetch", spec_path]
+        # Isolated (-I): neither the working directory (MODEL_DIR), PYTHONPATH nor the
+        # user site directory under the tenant's HOME is on the steps' path.
+        pod_step = ["python", "-I", "-m", "worker.learner.pod"]
+        assert fetch["command"] == [*pod_step, "fetch", spec_path]
         assert agent["name"] == "agent" and agent["restartPolicy"] == "Always"
-        assert agent["command"][:5] == ["python", "-m", "worker.learner.pod", "agent", spec_path]
+        assert agent["command"][:6] == [*pod_step, "agent", spec_path]
         (learner,) = pod["spec"]["containers"]
         assert learner["name"] == "learner"
-        assert learner["command"][:4] == ["python", "-m", "worker.learner.pod", "run"]
+        assert learner["command"][:5] == [*pod_step, "run"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -567,7 +570,7 @@ def test_mpi_launcher_waits_for_the_ssh_hosts() -> None:
 
     command = container(launcher, "learner")["command"]
     split = command.index("--")
-    assert command[4:split] == [
+    assert command[5:split] == [
         "--io",
         layout.IO_DIR,
         "--wait-for",

@@ -73,6 +73,8 @@ ALLOWED: dict[str, str] = {
     "service/storage/local.py::LocalObjectStore.delete_prefix": "the store's root",
     "service/storage/s3.py::S3ObjectStore.put_file": "a platform-owned file (put_file)",
     # The local backend: its training directory's own files (not the learners' dirs) and /proc.
+    "worker/learner/mpi_client.py::main": "runs inside the sandbox, as the tenant's own process",
+    "worker/learner/mpi_relay.py::MpiRelay.serving": "<work>/mpi-relay, made by the backend (its parent is not in any sandbox)",
     "worker/backends/local.py::_pid_alive": "/proc/<pid>/stat",
     "worker/backends/local.py::_read_json": "state.json and status files in the training dir",
     "worker/backends/local.py::_belongs": "/proc/<pid>/cmdline and environ of a wrapper",

@@ -1,22 +1,33 @@
 """The local backend: this machine as a small cluster, one process tree per learner.
 
-Every learner is a learner wrapper (`python -m worker.learner SPEC`) in its own session,
-so it outlives the worker that started it: a worker killed mid-training is simply
-restarted, and the monitor keeps observing the learners through their status files. The
-wrapper (trusted: it fetches and stores with the credentials) runs outside; the user's
-command runs inside the learner's network and UTS namespaces (worker.backends.netns), so
-every learner is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222,
-as in a pod, and there inside a sandbox (service.sandbox: bubblewrap) that shows it only
-the system, the runtime and its own training's directories. MPI jobs: `mpirun` and its
-daemons (the runtime's Open MPI) are the platform's, run in the learners' namespaces;
-each rank enters its learner's sandbox (worker.learner.rank). Where namespaces are
-unavailable the learners share the loopback on distinct ports (carried in TF_CONFIG);
-where no sandbox can be made the commands run unsandboxed (only the local tenant's, unless
+Every learner is a learner wrapper (`python -I ... worker.learner SPEC HOST`, see
+`wrapper_argv`) in its own session, so it outlives the worker that started it: a worker
+killed mid-training is simply restarted, and the monitor keeps observing the learners
+through their status files. The wrapper (trusted: it fetches and stores with the
+credentials) runs outside, from the learner's private directory; the user's command runs
+inside the learner's network and UTS namespaces (worker.backends.netns), so every learner
+is reachable as `$LEARNER_NAME_PREFIX-$LEARNER_ID` and can serve port 2222, as in a pod,
+and there inside a sandbox (service.sandbox: bubblewrap) that shows it only the system,
+the runtime and its own training's directories. Where namespaces are unavailable the
+learners share the loopback on distinct ports (carried in TF_CONFIG); where no sandbox can
+be made the commands run unsandboxed (only the local tenant's, unless
 DLAAS_ALLOW_UNSANDBOXED); the training's status says so.
+
+MPI jobs (Horovod, DDL; worker.backends.local_mpi says what runs where): with learner
+namespaces and a sandbox, `mpirun` is learner 1's command, in its sandbox; its daemons
+start in the other learners' sandboxes through the relay that learner 1's wrapper serves
+(worker.learner.mpi_relay), and every rank's prefix (worker.learner.rank) runs in its
+sandbox as a file of the standard library. Otherwise mpirun and the prefix are the
+platform's processes outside any sandbox, started from `/`, never MODEL_DIR. Every Python
+the platform itself starts near a tenant's files starts isolated
+(service.sandbox.isolated: `python -I`, its source root named), so no module a tenant
+wrote (MODEL_DIR, HOME's user site, PYTHONPATH) is on its path
+(tests/security/test_shadow_modules.py).
 
 Layout under DLAAS_HOME/work/<training id>/: state.json (what was started),
 net/ (the learner network), results/ (RESULT_DIR, shared by all learners), rendezvous/,
-hostfile and ranks.json (MPI), mpi/ (the MPI session directory, TMPDIR of mpirun),
+hostfile, ranks.json and mpi-agent (MPI, read-only in the sandboxes), mpi/ (the MPI
+session directory, TMPDIR of mpirun), mpi-relay/ (the relay's socket),
 learner-<i>/ (private: spec.json, host.json, status.json, training-log.txt, wrapper.log;
 and the sandbox's model/, data/, logs/, home/), checkpoints/ (CHECKPOINT_DIR, shared by
 the learners: restored from the last attempt's before they start, saved by the worker
@@ -45,19 +56,19 @@ from service import sandbox
 from service.domain.lifecycle import LearnerObservation
 from service.runtimes import RuntimeInfo
 from service.sandbox import limits
+from service.sandbox.isolated import python_argv
 from service.sandbox.limits import Enforcement, ResourceLimits
 from service.storage import open_store
 from service.storage.base import ObjectStore, check_key
 from service.tenantfs import TenantDir, tree
+from worker.backends import local_mpi
 from worker.backends.base import Observation, StartRequest
 from worker.backends.base import learner_spec as backend_learner_spec
-from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
+from worker.backends.netns import LearnerNetwork, namespaces_available
 from worker.launchers import plan_launch
 from worker.launchers.plan import (
     Addressing,
     LaunchPlan,
-    LearnerPlan,
-    MpiSetup,
     Role,
     learner_name_prefix,
 )
@@ -72,15 +83,13 @@ _FALLBACK_NOTE = (
     "ports (see TF_CONFIG) and their host names do not resolve"
 )
 _UNSANDBOXED_NOTE = "the learners' commands run without a sandbox here ({why})"
-# The platform's own learners (mpirun and its daemons, MPI hosts' placeholder) run in
-# the learner's namespaces but outside the sandbox; their ranks enter it.
-_PLATFORM_ROLES = (Role.MPI_LAUNCHER, Role.MPI_HOST)
 _GIB = 1024**3
 
 
-def _rank_output(tdir: Path, learner_id: int) -> Path:
-    """The file an MPI host's ranks write their output to; the host relays it to its log."""
-    return tdir / f"learner-{learner_id}" / "rank-output"
+def wrapper_argv(spec_path: Path, host_path: Path) -> list[str]:
+    """The learner wrapper's command: the platform's Python, isolated (no working
+    directory, environment or user site directory on its path), from its own source."""
+    return python_argv("worker.learner", str(spec_path), str(host_path))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -291,8 +300,11 @@ class LocalBackend:
             notes.append(_FALLBACK_NOTE.format(why=self.namespaces_missing))
 
         mpi = None
+        # MPI: mpirun and its daemons in the learners' sandboxes, through the relay
+        # (worker.backends.local_mpi), wherever learners have namespaces and a sandbox.
+        relayed = spec.distribution == "mpi" and net is not None and self.bwrap is not None
         if spec.distribution == "mpi":
-            mpi = self._mpi_setup(tdir, net, request.runtime)
+            mpi = local_mpi.mpi_setup(tdir, net, request.runtime, relayed=relayed)
         plan = plan_launch(spec, addressing, mpi)
         results = tdir / "results"
         checkpoints = tdir / "checkpoints"
@@ -320,15 +332,34 @@ class LocalBackend:
             )
             notes.extend(n for n in limit_notes if n not in notes)
             enforcements[lp.learner_id] = enforcement
-            extra = (str(mpi_session),) if mpi is not None else ()
-            sandboxes[lp.learner_id] = self._sandbox_argv(
-                learners_env[lp.learner_id], extra, request.runtime
+            readonly, writable = (
+                local_mpi.sandbox_files(tdir, lp, relayed=relayed) if mpi is not None else ([], [])
             )
+            sandboxes[lp.learner_id] = self._sandbox_argv(
+                learners_env[lp.learner_id], tuple(writable), request.runtime, tuple(readonly)
+            )
+        envs = {
+            lp.learner_id: {
+                **self._runtime_env(request.runtime),
+                **lp.env,
+                **learners_env[lp.learner_id],
+                **({"TMPDIR": str(mpi_session)} if mpi is not None else {}),
+            }
+            for lp in plan.learners
+        }
+        mpi_relay: dict[str, Any] | None = None
         if plan.hostfile is not None:
             hostfile = plan.hostfile if net else f"localhost slots={spec.nodes}\n"
             (tdir / "hostfile").write_text(hostfile)
             per_learner = {
-                lp.learner_id: self._rank(lp, tdir, learners_env, sandboxes, enforcements)
+                lp.learner_id: local_mpi.rank_entry(
+                    lp,
+                    tdir,
+                    learners_env[lp.learner_id],
+                    sandboxes[lp.learner_id],
+                    enforcements[lp.learner_id],
+                    relayed=relayed,
+                )
                 for lp in plan.learners
             }
             ranks: dict[str, Any] = {
@@ -338,25 +369,40 @@ class LocalBackend:
                 },
             }
             _write_json(tdir / "ranks.json", ranks)
+            if relayed:
+                assert net is not None
+                for lp in plan.learners:
+                    if lp.role == Role.MPI_HOST:  # bound into its sandbox: it must exist
+                        output = local_mpi.rank_output(tdir, lp.learner_id)
+                        output.parent.mkdir(parents=True, exist_ok=True)
+                        os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+                hosts = local_mpi.relay_hosts(net, plan.learners, envs, sandboxes, enforcements)
+                mpi_relay = {"directory": str(local_mpi.relay_dir(tdir)), "hosts": hosts}
 
         learners = []
         for lp in plan.learners:
             ldir = tdir / f"learner-{lp.learner_id}"
             ldir.mkdir(parents=True, exist_ok=True)
             ldir.chmod(0o700)
-            env = {**self._runtime_env(request.runtime), **lp.env, **learners_env[lp.learner_id]}
-            if mpi is not None and lp.role == Role.MPI_LAUNCHER:
-                env["TMPDIR"] = str(mpi_session)  # the MPI session directory ranks share
+            env = dict(envs[lp.learner_id])
+            if mpi is None or lp.role != Role.MPI_LAUNCHER:
+                env.pop("TMPDIR", None)  # the MPI session directory: mpirun's TMPDIR
             Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-            platform_run = lp.role in _PLATFORM_ROLES
+            # The platform's own learners: an MPI host's relay of its ranks' output, and
+            # mpirun where it cannot run in a sandbox (worker.backends.local_mpi).
+            platform_run = lp.role == Role.MPI_HOST or (
+                lp.role == Role.MPI_LAUNCHER and not relayed
+            )
             if lp.role == Role.MPI_HOST:
                 # The host's output is what its ranks write (worker.learner.rank): relayed
                 # from the start of the file for as long as the learner runs.
-                output = _rank_output(tdir, lp.learner_id)
+                output = local_mpi.rank_output(tdir, lp.learner_id)
                 os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
                 lp = dataclasses.replace(lp, argv=("tail", "-n", "+1", "-f", str(output)))
             run_prefix = net.enter_argv(lp.hostname) if net else []
-            if not platform_run:
+            if platform_run:
+                run_prefix += ["env", f"--chdir={local_mpi.PLATFORM_CWD}"]
+            else:
                 run_prefix += sandboxes[lp.learner_id]
             ready = rendezvous / f"learner-{lp.learner_id}.ready"
             peers = [
@@ -383,6 +429,7 @@ class LocalBackend:
                 wait_for=peers,
                 # The platform's own processes are limited through their ranks.
                 limits=Enforcement() if platform_run else enforcements[lp.learner_id],
+                mpi_relay=mpi_relay if lp.role == Role.MPI_LAUNCHER else None,
             )
             host.write(ldir / "host.json")
             learners.append(
@@ -405,7 +452,11 @@ class LocalBackend:
         }
 
     def _sandbox_argv(
-        self, learner_env: dict[str, str], extra: tuple[str, ...], runtime: RuntimeInfo | None
+        self,
+        learner_env: dict[str, str],
+        extra: tuple[str, ...],
+        runtime: RuntimeInfo | None,
+        extra_readonly: tuple[str, ...] = (),
     ) -> list[str]:
         """The learner's sandbox prefix: its own directories writable, its runtime
         read-only, nothing else of DLAAS_HOME visible; empty where no sandbox can be made."""
@@ -417,63 +468,13 @@ class LocalBackend:
         ]
         policy = sandbox.SandboxPolicy(
             writable=(*writable, *extra),
-            readonly=sandbox.runtime_paths(runtime.python if runtime else sys.executable),
+            readonly=(
+                *sandbox.runtime_paths(runtime.python if runtime else sys.executable),
+                *extra_readonly,
+            ),
             hidden=self.hidden,
         )
         return sandbox.argv(policy, self.bwrap)
-
-    @staticmethod
-    def _rank(
-        lp: LearnerPlan,
-        tdir: Path,
-        envs: dict[int, dict[str, str]],
-        sandboxes: dict[int, list[str]],
-        enforcements: dict[int, Enforcement],
-    ) -> dict[str, Any]:
-        """What a rank on learner `lp` needs (worker.learner.rank): its variables, its
-        sandbox, its limits and, on an MPI host, where its output goes. mpirun would
-        forward every rank's output to the launcher: the launcher's log would show each
-        line of every rank (each TensorFlow start-up notice once per rank) as its own."""
-        rank: dict[str, Any] = {
-            "env": envs[lp.learner_id],
-            "prefix": sandboxes[lp.learner_id],
-            "limits": enforcements[lp.learner_id].to_dict(),
-        }
-        if lp.role == Role.MPI_HOST:
-            rank["output"] = str(_rank_output(tdir, lp.learner_id))
-        return rank
-
-    def _mpi_setup(
-        self, tdir: Path, net: LearnerNetwork | None, runtime: RuntimeInfo | None
-    ) -> MpiSetup:
-        # The runtime's MPI (its mpirun starts its own prted), the one its ranks' libraries
-        # were built against; the platform's where the runtime is the platform's.
-        if runtime is not None:
-            mpirun = shutil.which("mpirun", path=runtime.bin_dir)
-            if mpirun is None:
-                raise RuntimeError(f"the runtime '{runtime.name}' has no mpirun")
-        else:
-            mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which(
-                "mpirun"
-            )
-        if mpirun is None:
-            raise RuntimeError("mpirun is not installed (pip install 'dlaas[mpi]')")
-        options: list[str] = ["--mca", "btl", "tcp,self"]
-        if net is not None:
-            # Root inside the learners' user namespace; daemons start through the agent
-            # that enters the target learner (the local analogue of kubectl exec).
-            options += ["--allow-run-as-root", "--prtemca", "plm_ssh_agent", str(net.agent)]
-            options += ["--mca", "btl_tcp_if_include", SUBNET]
-            options += ["--prtemca", "oob_tcp_if_include", SUBNET]
-        elif os.geteuid() == 0:
-            options.append("--allow-run-as-root")
-        rank_prefix = (sys.executable, "-m", "worker.learner.rank", str(tdir / "ranks.json"), "--")
-        return MpiSetup(
-            mpirun=mpirun,
-            hostfile_path=str(tdir / "hostfile"),
-            options=tuple(options),
-            rank_prefix=rank_prefix,
-        )
 
     @staticmethod
     def _learner_envs(
@@ -507,9 +508,8 @@ class LocalBackend:
         if runtime is not None:
             # Its own libmpi, not the one a cached Horovod wheel was built against.
             env["LD_LIBRARY_PATH"] = runtime.lib_dir
-        # The rank prefix and the MPI agent import the platform's modules; the sandbox
-        # unsets it, so the user's command does not.
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+        # No PYTHONPATH: the platform's own Python (the rank prefix, the MPI agent) names
+        # its source explicitly and ignores the environment (service.sandbox.isolated).
         return env
 
     @staticmethod
@@ -536,28 +536,18 @@ class LocalBackend:
         log = spec_path.with_name("wrapper.log")
         # setsid -f: the wrapper leads its own session and is nobody's child here, so it
         # outlives this worker and leaves no zombie behind.
+        # Its working directory is the learner's private one (0700, never in a sandbox).
         with open(log, "ab") as out:
             subprocess.run(
-                [
-                    "setsid",
-                    "-f",
-                    sys.executable,
-                    "-m",
-                    "worker.learner",
-                    str(spec_path),
-                    str(host_path),
-                ],
+                ["setsid", "-f", *wrapper_argv(spec_path, host_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
                 check=True,
                 cwd=str(spec_path.parent),
-                env={
-                    # The platform's settings (S3 and encryption keys among them) stay out of
-                    # the wrapper's environment: it reads everything from its spec file.
-                    **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
-                    "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-                },
+                # The platform's settings (S3 and encryption keys among them) stay out of
+                # the wrapper's environment: it reads everything from its spec file.
+                env={k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
             )
 
     # -- observe -------------------------------------------------------------------------

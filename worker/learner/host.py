@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 from service.domain.records import OPT_STR, STR, SpecError, checked_fields
 from service.sandbox.limits import Enforcement
+from worker.learner.mpi_relay import MpiRelay, RelayHost
 from worker.learner.status import FileStatusReporter, StatusReporter
 
 _POLL_SECONDS = 0.05
@@ -72,6 +73,9 @@ class LocalHost:
     wait_for: list[str] = field(default_factory=list)
     wait_timeout: float = 600.0
     limits: Enforcement = field(default_factory=Enforcement)
+    # MPI launcher only: the relay that starts daemons in the other learners' sandboxes
+    # (worker.learner.mpi_relay): {"directory": its socket's, "hosts": {host: RelayHost}}.
+    mpi_relay: dict[str, Any] | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "private_dir": STR,
@@ -82,6 +86,7 @@ class LocalHost:
         "wait_for": (list,),
         "wait_timeout": (int, float),
         "limits": (dict,),
+        "mpi_relay": (dict, type(None)),
     }
 
     @classmethod
@@ -103,6 +108,7 @@ class LocalHost:
             "wait_for": self.wait_for,
             "wait_timeout": self.wait_timeout,
             "limits": self.limits.to_dict(),
+            "mpi_relay": self.mpi_relay,
         }
 
     def write(self, path: Path) -> None:
@@ -117,6 +123,15 @@ class LocalHost:
 
     def reporter(self, training_id: str) -> StatusReporter:
         return FileStatusReporter(Path(self.status_file), training_id, self.notify_socket)
+
+    def relay(self) -> MpiRelay | None:
+        """The MPI relay this learner serves, if any; SpecError if malformed."""
+        if self.mpi_relay is None:
+            return None
+        directory, hosts = self.mpi_relay.get("directory"), self.mpi_relay.get("hosts")
+        if not isinstance(directory, str) or not isinstance(hosts, dict):
+            raise SpecError("host.mpi_relay: an object of directory and hosts is expected")
+        return MpiRelay(Path(directory), {h: RelayHost.from_dict(v) for h, v in hosts.items()})
 
     def rendezvous(self) -> Rendezvous:
         return FileRendezvous(self.ready_file, tuple(self.wait_for), self.wait_timeout)

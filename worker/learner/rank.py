@@ -1,8 +1,7 @@
-"""The first thing every MPI rank runs: `python -m worker.learner.rank RANKS.json -- CMD...`.
+"""The first thing every MPI rank runs: `python -I rank.py RANKS.json -- CMD...`.
 
-mpirun starts every rank with learner 1's environment, outside any sandbox (mpirun and
-its daemons are the platform's). This sets what differs by learner (LEARNER_ID,
-MODEL_DIR, DATA_DIR, RESULT_DIR, ...) from RANKS.json, written by the backend:
+mpirun starts every rank with learner 1's environment. This sets what differs by learner
+(LEARNER_ID, MODEL_DIR, DATA_DIR, RESULT_DIR, ...) from RANKS.json, written by the backend:
 `{"hosts": {host name: learner}, "by_rank": {rank: learner}}`, each learner
 `{"env": variables, "prefix": its sandbox's argv prefix, "limits": its Enforcement}`
 (by host when every learner has its own host, by rank when they share one), moves to the
@@ -11,6 +10,12 @@ learner's resource limits and execs the command inside the learner's sandbox. A 
 an MPI host writes its output to the file its learner names (`"output"`), which that
 learner relays to its own log: through mpirun it would land in the launcher's log, where
 each line every rank prints (TensorFlow's start-up notices) would show once per rank.
+
+Where mpirun and its daemons already run in the learners' sandboxes (the local backend
+with learner namespaces, worker.backends.local_mpi) the prefix is empty and the limits
+are those of the sandbox the rank is in: this file then runs inside the sandbox, as a
+file (bound read-only) with the runtime's `python -I`, and imports the standard library
+alone. Elsewhere it runs as the platform's module, isolated, and applies the limits.
 """
 
 from __future__ import annotations
@@ -20,9 +25,6 @@ import os
 import socket
 import sys
 from typing import Any
-
-from service.sandbox import limits
-from service.sandbox.limits import Enforcement
 
 
 def rank_learner(env: dict[str, str], ranks: dict[str, Any], host: str) -> dict[str, Any]:
@@ -46,6 +48,15 @@ def rank_environment(env: dict[str, str], learner: dict[str, Any]) -> dict[str, 
     return out
 
 
+def _apply_limits(data: Any) -> None:
+    """The learner's limits, where the rank is not already under them (a sandbox's)."""
+    if not data or not any(v is not None for v in data.values()):
+        return
+    from service.sandbox import limits  # the platform's, only where it runs outside
+
+    limits.apply(limits.Enforcement.from_dict(data))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m worker.learner.rank RANKS.json -- COMMAND...", file=sys.stderr)
@@ -55,7 +66,7 @@ def main(argv: list[str]) -> int:
     learner = rank_learner(dict(os.environ), ranks, socket.gethostname())
     env = rank_environment(dict(os.environ), learner)
     os.chdir(env.get("MODEL_DIR", "."))
-    limits.apply(Enforcement.from_dict(learner.get("limits", {})))
+    _apply_limits(learner.get("limits", {}))
     if output := learner.get("output"):
         fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(fd, sys.stdout.fileno())

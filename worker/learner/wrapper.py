@@ -12,6 +12,7 @@ worker.learner.logtee), stores results and logs, and reports every phase
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,15 @@ from worker.learner.spec import LearnerSpec
 
 
 def run_learner(spec: LearnerSpec, host: LocalHost) -> int:
-    """Run one learner to its end; returns the wrapper's exit code (see phases)."""
+    """Run one learner to its end; returns the wrapper's exit code (see phases). An MPI
+    launcher serves its training's relay (worker.learner.mpi_relay) meanwhile."""
+    relay = host.relay()
+    serving = relay.serving() if relay is not None else contextlib.nullcontext()
+    with serving:
+        return _run(spec, host)
+
+
+def _run(spec: LearnerSpec, host: LocalHost) -> int:
     learner = Learner(
         spec,
         reporter=host.reporter(spec.training_id),
@@ -47,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PLATFORM_ERROR
     try:
         host = LocalHost.read(Path(args[1]))
+        host.relay()
     except (OSError, ValueError) as e:
         print(f"learner wrapper: cannot read the learner host {args[1]}: {e}", file=sys.stderr)
         return EXIT_PLATFORM_ERROR

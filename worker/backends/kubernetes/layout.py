@@ -7,17 +7,17 @@ A pod has three containers (privilege split of the learner contract):
 - `fetch` (init container, platform image) reads its learner spec (with the store's
   credentials) from the training's Secret and fetches the code and data (and the last
   attempt's checkpoints, the spec's restore_checkpoints) into `work`:
-  `python -m worker.learner.pod fetch SPEC`.
+  `python -I -m worker.learner.pod fetch SPEC`.
 - `agent` (native sidecar, platform image, the spec mounted too) tees the command's
   output from `io` to the log store, and once the command has exited stores RESULT_DIR
   and the logs, then CHECKPOINT_DIR to the spec's checkpoints_prefix (after a stop too):
-  `python -m worker.learner.pod agent SPEC --io IO`. The learner's phases
+  `python -I -m worker.learner.pod agent SPEC --io IO`. The learner's phases
   are its containers' states (pod_states.py), not reports.
 - `learner` (the runtime's learner image, no credentials) runs the plan's argv and leaves
   its output and exit code in `io`, then waits until the agent has stored before it exits
   with the command's code, so the pod's container state carries the learner's exit code
   and the kubelet does not stop the agent before the results are stored:
-  `python -m worker.learner.pod run --io IO [--wait-for HOST:PORT ...] -- ARGV...`.
+  `python -I -m worker.learner.pod run --io IO [--wait-for HOST:PORT ...] -- ARGV...`.
 MPI hosts' learner containers run sshd (from the runtime image) under the same `run`.
 The `run` step copies the key pair mounted at SSH_DIR (0400, owned by root) into
 $HOME/.ssh with the modes ssh and sshd insist on, before the command starts.
@@ -25,6 +25,7 @@ $HOME/.ssh with the modes ssh and sshd insist on, before the command starts.
 
 from __future__ import annotations
 
+from service.sandbox.isolated import python_argv
 from worker.launchers.plan import MpiSetup
 
 # The containers of a learner's pod.
@@ -62,7 +63,9 @@ _USER_SSH = f"{DIRECTORIES['HOME']}/.ssh"
 RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 
-_POD = ("python", "-m", "worker.learner.pod")
+# The platform is installed into the images' environment: `python -I -m` finds it there
+# alone, never in the working directory (MODEL_DIR), PYTHONPATH or the user site.
+_POD = tuple(python_argv("worker.learner.pod", python="python", root=None))
 
 
 def spec_file(learner_id: int) -> str:
