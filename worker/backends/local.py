@@ -459,6 +459,11 @@ class LocalBackend:
         if mpirun is None:
             raise RuntimeError("mpirun is not installed (pip install 'dlaas[mpi]')")
         options: list[str] = ["--mca", "btl", "tcp,self"]
+        # Ranks run as the sandbox's unprivileged uid (service.sandbox.SANDBOX_UID), not
+        # mpirun's: PMIx's native check compares the uid a client states with the server's
+        # and would refuse them. It was no boundary (a client may state any uid over TCP);
+        # the learner's network namespace is what keeps others from the PMIx server.
+        options += ["--pmixmca", "psec", "none"]
         if net is not None:
             # Root inside the learners' user namespace; daemons start through the agent
             # that enters the target learner (the local analogue of kubectl exec).
