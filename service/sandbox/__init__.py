@@ -17,9 +17,10 @@ turns it into the `bwrap ...` prefix of the command. Inside:
   that user and nobody), without capabilities and with `no_new_privs`;
 - a seccomp filter (`service.sandbox.seccomp`: no ptrace, no new namespaces, no mounts, no
   keyrings, BPF, perf events, userfaultfd, io_uring, kernel modules, reboot, ...), loaded
-  by bwrap from a file the platform compiled with libseccomp;
-- its own network namespace's network (a learner's) or none at all (`network=False`: a
-  model process);
+  by bwrap from a file the platform compiled with libseccomp (`sandbox_files`: in the
+  platform user's cache, which no sandbox mounts);
+- the network namespace of the caller (a learner's own) or none at all (`network=False`:
+  a model process);
 - only the environment the caller passes (the platform's `DLAAS_*` settings never are),
   minus `unset_env`.
 
