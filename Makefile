@@ -31,6 +31,8 @@ $(BIN)/activate:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(INSTALLED): pyproject.toml | $(BIN)/activate
+	@# The sandbox's seccomp filter is compiled by the system's libseccomp (pyseccomp binds it).
+	@ldconfig -p | grep -q 'libseccomp\.so\.2' || { apt-get update && apt-get install -y libseccomp2; }
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/pip install --quiet --no-deps "$(TF_SERVING_API)"
 	touch $@

@@ -10,14 +10,30 @@ turns it into the `bwrap ...` prefix of the command. Inside:
 - the directories of its own job writable (bound at the same paths, so the environment's
   MODEL_DIR, RESULT_DIR, ... mean the same inside and outside);
 - a private `/tmp` (an empty tmpfs) and `$HOME` (a directory of its own job);
-- its own user, PID, IPC and cgroup namespaces, no capabilities; the network namespace
-  of the caller (a learner's own) or none at all (`network=False`: a model process);
+- its own user, PID, IPC and cgroup namespaces (each sandbox makes its user namespace, so
+  each learner and each MPI rank has one of its own), in which it runs as an unprivileged
+  user (`SANDBOX_UID`/`SANDBOX_GID`, mapped to the platform's OS user outside: files it
+  creates are the platform user's; `/etc/passwd` and `/etc/group` inside name only root,
+  that user and nobody), without capabilities and with `no_new_privs`;
+- a seccomp filter (`service.sandbox.seccomp`: no ptrace, no new namespaces, no mounts, no
+  keyrings, BPF, perf events, userfaultfd, io_uring, kernel modules, reboot, ...), loaded
+  by bwrap from a file the platform compiled with libseccomp (`sandbox_files`: in the
+  platform user's cache, which no sandbox mounts);
+- the network namespace of the caller (a learner's own) or none at all (`network=False`:
+  a model process);
 - only the environment the caller passes (the platform's `DLAAS_*` settings never are),
   minus `unset_env`.
 
-What it is not: a virtual machine. The kernel is shared; there is no seccomp filter; the
-process runs as the platform's own OS user (without capabilities), so isolation rests on
-what is mounted, not on file permissions.
+The prefix `argv` returns is a list of strings (stored in host.json and ranks.json and run
+later by another process), so it opens the filter itself: `python -I -S -c LAUNCH FILTER
+bwrap ...` opens FILTER on the lowest free descriptor and execs bwrap with `--seccomp` on
+it; the command is the same process as a plain `bwrap ...` prefix (same pid, process group,
+exit code and signals; SIGPIPE and SIGXFSZ at their defaults).
+
+What it is not: a virtual machine. The kernel is shared, and what the filter allows
+(almost every other call) reaches it; outside its user namespace the process is still
+the platform's own OS user, so isolation from the platform rests on what is mounted, not
+on file permissions.
 """
 
 from __future__ import annotations
@@ -30,12 +46,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.sandbox import seccomp
+
 # What every sandbox sees of the machine, read-only (missing ones are skipped).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # /etc is the platform's configuration too: only what programs need to start and resolve.
+# (/etc/passwd and /etc/group are the sandbox's own: see `sandbox_files`.)
 ETC_FILES = (
-    "/etc/passwd",
-    "/etc/group",
     "/etc/nsswitch.conf",
     "/etc/host.conf",
     "/etc/hosts",
@@ -65,8 +82,68 @@ GPU_DEVICES = (
 )
 
 
+# Who the command is inside its user namespace: not root (uid 0 there owns the namespace
+# and its mounts), mapped by bwrap to the platform's OS user outside.
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_USER = "dlaas"
+# The descriptor-opening start of every prefix (see the module's docstring): SIGPIPE and
+# SIGXFSZ back to their defaults (Python ignores them), FILTER on a free descriptor kept
+# open across exec, then bwrap with --seccomp on it. -I -S: nothing of the environment,
+# the working directory or site-packages is read before the exec.
+LAUNCH = (
+    "import os,signal,sys\n"
+    "signal.signal(signal.SIGPIPE,signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGXFSZ,signal.SIG_DFL)\n"
+    "fd=os.open(sys.argv[1],os.O_RDONLY)\n"
+    "os.set_inheritable(fd,True)\n"
+    "os.execv(sys.argv[2],[sys.argv[2],'--seccomp',str(fd),*sys.argv[3:]])"
+)
+
+
 class SandboxUnavailable(RuntimeError):
     """No sandbox can be made on this machine; str() says why."""
+
+
+@dataclass(frozen=True)
+class SandboxFiles:
+    """The platform's files every sandbox is made with, outside any sandbox's view."""
+
+    seccomp: str  # the compiled filter
+    passwd: str  # /etc/passwd inside
+    group: str  # /etc/group inside
+    python: str = sys.executable  # runs LAUNCH
+
+
+PASSWD = (
+    "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:DLaaS job:/tmp:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+GROUP = f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
+
+
+def install_files(directory: Path) -> SandboxFiles:
+    """Compile the seccomp filter and write it, /etc/passwd and /etc/group for the
+    sandbox, into `directory` (the platform's; SandboxUnavailable if libseccomp is not
+    installed)."""
+    try:
+        return SandboxFiles(
+            seccomp=str(seccomp.install(directory)),
+            passwd=str(seccomp.write_once(directory, "passwd", PASSWD.encode())),
+            group=str(seccomp.write_once(directory, "group", GROUP.encode())),
+        )
+    except seccomp.FilterUnavailable as e:
+        raise SandboxUnavailable(str(e)) from e
+    except OSError as e:
+        raise SandboxUnavailable(f"the sandbox's files could not be written: {e}") from e
+
+
+@functools.cache
+def sandbox_files() -> SandboxFiles:
+    """`install_files` into the platform user's cache (seccomp.default_directory()), once
+    per process."""
+    return install_files(seccomp.default_directory())
 
 
 @dataclass(frozen=True)
@@ -114,9 +191,13 @@ def _inside(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def argv(policy: SandboxPolicy, bwrap: str) -> list[str]:
-    """`bwrap ... --` : prefix a command with it to run the command in the sandbox."""
-    out = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+def argv(policy: SandboxPolicy, bwrap: str, files: SandboxFiles | None = None) -> list[str]:
+    """`python -I -S -c LAUNCH FILTER bwrap ... --` : prefix a command with it to run the
+    command in the sandbox (`files`: by default `sandbox_files()`)."""
+    files = files or sandbox_files()
+    out = [files.python, "-I", "-S", "-c", LAUNCH, files.seccomp, bwrap]
+    out += ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+    out += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     if not policy.network:
         out.append("--unshare-net")
     out += ["--die-with-parent", "--cap-drop", "ALL"]
@@ -125,6 +206,7 @@ def argv(policy: SandboxPolicy, bwrap: str) -> list[str]:
         out += ["--ro-bind", path, path]
     for path in ETC_FILES:
         out += ["--ro-bind-try", path, path]
+    out += ["--ro-bind", files.passwd, "/etc/passwd", "--ro-bind", files.group, "/etc/group"]
     for path in SYS_PATHS:
         out += ["--ro-bind-try", path, path]
     out += ["--proc", "/proc", "--dev", "/dev"]
@@ -154,6 +236,7 @@ def argv(policy: SandboxPolicy, bwrap: str) -> list[str]:
 class SandboxSupport:
     bwrap: str | None
     why: str = ""
+    files: SandboxFiles | None = None
 
     @property
     def available(self) -> bool:
@@ -162,19 +245,25 @@ class SandboxSupport:
 
 @functools.cache
 def probe() -> SandboxSupport:
-    """Whether a sandbox can be made here: runs `true` in one. Cached per process."""
+    """Whether a sandbox can be made here: bwrap and libseccomp are installed, and a
+    Python in one runs under the filter. Cached per process."""
     bwrap = bwrap_executable()
     if bwrap is None:
         return SandboxSupport(None, "bubblewrap (bwrap) is not installed")
+    try:
+        files = sandbox_files()
+    except SandboxUnavailable as e:
+        return SandboxSupport(None, str(e))
     policy = SandboxPolicy(writable=(), readonly=runtime_paths())
-    command = [*argv(policy, bwrap), sys.executable, "-c", "pass"]
+    check = "import sys; sys.exit('Seccomp:\\t2' not in open('/proc/self/status').read())"
+    command = [*argv(policy, bwrap, files), sys.executable, "-c", check]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as e:
         return SandboxSupport(None, f"bwrap could not run: {e}")
     if done.returncode != 0:
         return SandboxSupport(None, f"bwrap failed: {done.stderr.strip()[:500]}")
-    return SandboxSupport(bwrap)
+    return SandboxSupport(bwrap, files=files)
 
 
 def require() -> str:

@@ -76,7 +76,10 @@ for entry in os.listdir("/proc"):
 found["processes"] = processes
 found["env"] = sorted(os.environ)
 with open("/proc/self/status") as f:
-    found["caps"] = [l.split()[1] for l in f if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
+    status = f.read().splitlines()
+found["caps"] = [l.split()[1] for l in status if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
+found["confined"] = [l.split()[1] for l in status if l.startswith(("Seccomp:", "NoNewPrivs"))]
+found["uid"] = os.getuid()
 found["home"] = os.environ.get("HOME")
 out = os.path.join(os.environ["RESULT_DIR"], f"probe-{tag}.json")
 with open(out, "w") as f:
@@ -203,6 +206,8 @@ def assert_contained(
     assert not any(name.startswith("DLAAS_") for name in found["env"]), found["env"]
     assert "PYTHONPATH" not in found["env"]
     assert found["caps"] == ["0000000000000000"] * 3, found["caps"]  # no capabilities
+    assert sorted(found["confined"]) == ["1", "2"], found["confined"]  # seccomp, no_new_privs
+    assert found["uid"] == sandbox.SANDBOX_UID != 0
     assert victim["secret"].read_text() == "victim data"
     assert not (victim["dir"] / "model" / "pwned.txt").exists()
 

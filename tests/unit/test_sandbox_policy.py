@@ -13,6 +13,7 @@ from service.sandbox import limits
 from service.sandbox.limits import Enforcement, ResourceLimits
 
 GIB = 1024**3
+FILES = sandbox.SandboxFiles("/p/seccomp.bpf", "/p/passwd", "/p/group", "/usr/bin/python3")
 
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
@@ -25,8 +26,8 @@ def test_the_policy_shows_the_system_read_only_and_the_jobs_directories_writable
         readonly=("/opt/venv",),
         hidden=("/usr/local/dlaas-home", "/var/lib/elsewhere"),
     )
-    argv = sandbox.argv(policy, "/bin/bwrap")
-    assert argv[0] == "/bin/bwrap" and argv[-1] == "--"
+    argv = sandbox.argv(policy, "/bin/bwrap", FILES)
+    assert argv[argv.index("/bin/bwrap") - 1] == "/p/seccomp.bpf" and argv[-1] == "--"
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--die-with-parent"):
         assert flag in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
@@ -39,7 +40,8 @@ def test_the_policy_shows_the_system_read_only_and_the_jobs_directories_writable
     ]
     # /etc is bound file by file: never the whole directory.
     etc = [src for src, _ in pairs(argv, "--ro-bind-try") if src.startswith("/etc")]
-    assert "/etc" not in etc and "/etc/passwd" in etc
+    assert "/etc" not in etc and "/etc/hosts" in etc
+    assert ("/p/passwd", "/etc/passwd") in pairs(argv, "--ro-bind")  # the sandbox's own
     assert "/etc/shadow" not in etc
     tmpfs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
     # DLAAS_HOME under a bound system directory is covered; elsewhere it is not shown.
@@ -50,7 +52,7 @@ def test_the_policy_shows_the_system_read_only_and_the_jobs_directories_writable
 
 
 def test_a_model_gets_no_network() -> None:
-    argv = sandbox.argv(sandbox.SandboxPolicy(writable=(), network=False), "bwrap")
+    argv = sandbox.argv(sandbox.SandboxPolicy(writable=(), network=False), "bwrap", FILES)
     assert "--unshare-net" in argv
 
 

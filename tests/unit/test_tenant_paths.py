@@ -72,9 +72,11 @@ ALLOWED: dict[str, str] = {
     "service/storage/local.py::LocalObjectStore._walk": "directories of the store's root",
     "service/storage/local.py::LocalObjectStore.delete_prefix": "the store's root",
     "service/storage/s3.py::S3ObjectStore.put_file": "a platform-owned file (put_file)",
+    # MPI's relay: the client runs in the sandbox (the tenant's own process); the relay's
+    # directory is made by the backend in the training dir, which no sandbox shows.
+    "worker/learner/mpi_client.py::main": "the relay's socket, from inside the sandbox",
+    "worker/learner/mpi_relay.py::MpiRelay.serving": "<training dir>/mpi-relay",
     # The local backend: its training directory's own files (not the learners' dirs) and /proc.
-    "worker/learner/mpi_client.py::main": "runs inside the sandbox, as the tenant's own process",
-    "worker/learner/mpi_relay.py::MpiRelay.serving": "<work>/mpi-relay, made by the backend (its parent is not in any sandbox)",
     "worker/backends/local.py::_pid_alive": "/proc/<pid>/stat",
     "worker/backends/local.py::_read_json": "state.json and status files in the training dir",
     "worker/backends/local.py::_belongs": "/proc/<pid>/cmdline and environ of a wrapper",

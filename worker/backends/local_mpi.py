@@ -96,6 +96,12 @@ def mpi_setup(
     """mpirun's options and the ranks' prefix; `relayed`: mpirun runs in learner 1's
     sandbox and starts its daemons through the relay (needs `net`)."""
     options: list[str] = ["--mca", "btl", "tcp,self", "--wdir", PLATFORM_CWD]
+    # Ranks run as the sandbox's unprivileged uid (service.sandbox.SANDBOX_UID), which is
+    # not mpirun's where mpirun runs outside the sandbox (no learner namespaces): PMIx's
+    # native check compares the uid a client states with the server's and would refuse
+    # them. It was no boundary (a client may state any uid over TCP); the learner's network
+    # namespace is what keeps others from the PMIx server.
+    options += ["--pmixmca", "psec", "none"]
     ranks = tdir / "ranks.json"
     if net is not None:
         if relayed:
