@@ -184,7 +184,14 @@ def assert_contained(
     # training's mpirun (learner 1) or daemon (the others), which run in its sandbox.
     commands = list(found["processes"].values())
     assert len(commands) <= (8 if mpi else 6), "\n".join(commands)
-    mpi_own = (sandbox.bwrap_executable() or "bwrap", "/bin/sh -c PRTE_PREFIX=", python)
+    # prted's shell: PRRTE sources ./.profile first where the user's login shell is sh
+    # (the sandbox's own /etc/passwd), not where it is bash.
+    mpi_own = (
+        sandbox.bwrap_executable() or "bwrap",
+        "/bin/sh -c PRTE_PREFIX=",
+        "/bin/sh -c ( test ! -r ./.profile || . ./.profile; PRTE_PREFIX=",
+        python,
+    )
     mpi_names = ("/prterun ", "/mpirun ", "/prted ")
     # Every process it sees is its own command's (bwrap's init inside, the shell, python).
     assert all(
