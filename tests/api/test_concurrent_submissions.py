@@ -8,9 +8,7 @@ import io
 import os
 import threading
 import zipfile
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,36 +18,15 @@ from service.db import repository
 from service.platform import Platform
 from service.settings import Settings
 from service.storage import keys
-from tests.conftest import ADMIN_KEY, create_tenant, manifest_yaml
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, moto_server
+from tests.conftest import create_tenant, manifest_yaml
 
 SUBMISSIONS = 16  # within the standard plan's 20 queued trainings
 CONCURRENCY = 8
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.integration)])
-def store_settings(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    if request.param == "local":
-        yield {}
-        return
-    with moto_server() as s3:
-        yield {
-            "s3_endpoint": s3.url,
-            "s3_access_key": ACCESS_KEY,
-            "s3_secret_key": SECRET_KEY,
-            "s3_bucket": "platform",
-        }
-
-
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str, store_settings: dict[str, Any]) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        runtimes_dir=tmp_path / "runtimes",
-        database_url=database_url,
-        admin_api_key=ADMIN_KEY,
-        **store_settings,
-    )
+def settings(settings_on_each_store: Settings) -> Settings:
+    return settings_on_each_store
 
 
 def archive(i: int) -> bytes:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -18,37 +15,16 @@ from service.logs.base import LogRecord
 from service.platform import Platform
 from service.settings import Settings
 from service.storage import keys
-from tests.conftest import ADMIN_KEY, manifest_yaml, submit
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, moto_server
+from tests.conftest import manifest_yaml, submit
 
 LOSS = {"name": "loss", "regex": r"loss=([0-9.]+)"}
 ACC = {"name": "acc", "regex": r"acc=([0-9.]+)"}
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.integration)])
-def store_settings(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    if request.param == "local":
-        yield {}
-        return
-    with moto_server() as s3:
-        yield {
-            "s3_endpoint": s3.url,
-            "s3_access_key": ACCESS_KEY,
-            "s3_secret_key": SECRET_KEY,
-            "s3_bucket": "platform",
-        }
-
-
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str, store_settings: dict[str, Any]) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        runtimes_dir=tmp_path / "runtimes",
-        database_url=database_url,
-        admin_api_key=ADMIN_KEY,
-        **store_settings,
-    )
+def settings(settings_on_each_store: Settings) -> Settings:
+    return settings_on_each_store
 
 
 def store_learner_metrics(
