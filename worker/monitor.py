@@ -26,6 +26,7 @@ Run it alone with `python -m worker.monitor`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import signal
@@ -43,6 +44,7 @@ from service.db import repository
 from service.db.models import Training, utcnow
 from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
+from service.domain.gang_release import gang_release, releases
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
@@ -56,7 +58,7 @@ from service.trainings import (
     record_restart,
     record_transition,
 )
-from worker.admitting import admit_queued
+from worker.admitting import admit_queued, release_gang
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation, check_observation
 
@@ -258,6 +260,18 @@ class Monitor:
         if isinstance(report, Malformed):
             return report
         record_learner_states(training, report.learners)
+        released = releases((e.status, e.message) for e in training.events)
+        release = gang_release(
+            report.learners,
+            observation.unschedulable,
+            now=now.timestamp(),
+            limit_seconds=self.platform.settings.k8s_unschedulable_seconds,
+            released_before=released,
+        )
+        if release is not None and training.stop_requested_at is None:
+            log.info("training %s: %s", training.id, release.message)
+            release_gang(training, release, now, outbox)
+            return None
         manifest_runtime = training.manifest.get("max_runtime")
         decision = decide(
             state,
@@ -268,7 +282,7 @@ class Monitor:
             max_runtime=int(manifest_runtime) if manifest_runtime else None,
             now=now,
             attempt=training.attempt,
-            retries=Retries.of(training.manifest.get("retry_policy")),
+            retries=_with_releases(Retries.of(training.manifest.get("retry_policy")), released),
         )
         if Action.RETRY in decision.actions:
             retrying = decision.message or "retrying"
@@ -382,6 +396,14 @@ class Monitor:
             yield leader
         finally:
             leader.release()
+
+
+def _with_releases(retries: Retries | None, released: int) -> Retries | None:
+    """A training's retry policy counting the attempts its gang releases took as extra:
+    a release does not use up a retry."""
+    if retries is None or not released:
+        return retries
+    return dataclasses.replace(retries, max_retries=retries.max_retries + released)
 
 
 class Leadership(Protocol):
