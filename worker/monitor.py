@@ -26,7 +26,6 @@ Run it alone with `python -m worker.monitor`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import logging
 import signal
@@ -44,7 +43,7 @@ from service.db import repository
 from service.db.models import Training, utcnow
 from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
-from service.domain.gang_release import gang_release, releases
+from service.domain.gang_release import gang_release, releases, retries_after_releases
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
@@ -282,7 +281,9 @@ class Monitor:
             max_runtime=int(manifest_runtime) if manifest_runtime else None,
             now=now,
             attempt=training.attempt,
-            retries=_with_releases(Retries.of(training.manifest.get("retry_policy")), released),
+            retries=retries_after_releases(
+                Retries.of(training.manifest.get("retry_policy")), released
+            ),
         )
         if Action.RETRY in decision.actions:
             retrying = decision.message or "retrying"
@@ -396,14 +397,6 @@ class Monitor:
             yield leader
         finally:
             leader.release()
-
-
-def _with_releases(retries: Retries | None, released: int) -> Retries | None:
-    """A training's retry policy counting the attempts its gang releases took as extra:
-    a release does not use up a retry."""
-    if retries is None or not released:
-        return retries
-    return dataclasses.replace(retries, max_retries=retries.max_retries + released)
 
 
 class Leadership(Protocol):

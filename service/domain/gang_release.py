@@ -13,9 +13,10 @@ saying why.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service.domain.lifecycle import LearnerObservation
+from service.domain.retries import Retries
 
 # The start of the status_message (and history entry) of a training queued again after
 # its gang was released: what counts the releases a training had.
@@ -50,6 +51,15 @@ def releases(events: Iterable[tuple[str, str | None]]) -> int:
         for status, message in events
         if status == "QUEUED" and (message or "").startswith(RELEASED)
     )
+
+
+def retries_after_releases(retries: Retries | None, released: int) -> Retries | None:
+    """A training's retry policy, with the attempts its `released` gang releases took
+    added: a release does not use up a retry (nor does it give one to a training whose
+    manifest has no retry_policy)."""
+    if retries is None or released <= 0:
+        return retries
+    return replace(retries, max_retries=retries.max_retries + released)
 
 
 def gang_release(

@@ -11,8 +11,10 @@ from service.domain.gang_release import (
     Unschedulable,
     gang_release,
     releases,
+    retries_after_releases,
 )
 from service.domain.lifecycle import LearnerObservation
+from service.domain.retries import Retries
 from service.domain.states import InvalidTransition, TrainingState, check_requeue
 
 NOW = 10_000.0
@@ -121,3 +123,25 @@ def test_a_training_whose_learners_have_not_all_started_may_be_queued_again(
 def test_a_started_queued_or_ended_training_is_not_queued_again(state: TrainingState) -> None:
     with pytest.raises(InvalidTransition, match="QUEUED"):
         check_requeue(state)
+
+
+@pytest.mark.parametrize(
+    ("retries", "released", "expected"),
+    [
+        (None, 0, None),
+        # No retry_policy: a release gives none.
+        (None, 1, None),
+        (Retries(max_retries=1, on_lost=True), 0, Retries(max_retries=1, on_lost=True)),
+        # The attempt a release took is added: the policy's retries are all still there.
+        (Retries(max_retries=1, on_lost=True), 1, Retries(max_retries=2, on_lost=True)),
+        (
+            Retries(max_retries=0, on_exit_codes=frozenset({3})),
+            1,
+            Retries(max_retries=1, on_exit_codes=frozenset({3})),
+        ),
+    ],
+)
+def test_a_release_does_not_use_up_a_retry(
+    retries: Retries | None, released: int, expected: Retries | None
+) -> None:
+    assert retries_after_releases(retries, released) == expected

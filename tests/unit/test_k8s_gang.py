@@ -1,11 +1,13 @@
 """The gang schedulers' marks on a training's objects (worker.backends.kubernetes.gang),
 table-tested without a cluster: the Kueue pod-group labels and annotation on every learner
-pod (still valid Kubernetes, strictly), the coscheduling label and schedulerName, and the
-scheduler-plugins PodGroup, valid against the CRD's schema as its documentation gives it."""
+pod (still valid Kubernetes, strictly), the coscheduling label and schedulerName, the
+scheduler-plugins PodGroup, valid against the CRD's schema as its documentation gives it,
+and since when the scheduler could not place a pod, as an Observation carries it."""
 
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
@@ -13,8 +15,10 @@ import kubernetes_validate
 import pytest
 from pydantic import ValidationError
 
+from service.domain.gang_release import Unschedulable
 from service.settings import Settings
 from tests.unit.test_k8s_objects import CASES, CLUSTER, OWNER, of_kind
+from worker.backends.kubernetes import pod_states
 from worker.backends.kubernetes.gang import (
     KUEUE_GROUP_LABEL,
     KUEUE_QUEUE_LABEL,
@@ -25,6 +29,7 @@ from worker.backends.kubernetes.gang import (
     pod_group,
 )
 from worker.backends.kubernetes.objects import headless_service
+from worker.backends.kubernetes.observation import TrainingPods, observation
 
 # Kubernetes 1.30: the oldest release the objects are validated against (native sidecars).
 KUBERNETES = "1.30.0"
@@ -223,3 +228,80 @@ def test_bad_gang_settings_are_refused_naming_the_setting(
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError, match=name.removeprefix("DLAAS_").lower()):
         Settings()
+
+
+# -- reading an unschedulable pod ----------------------------------------------------------------
+
+CREATED = "2026-11-24T00:00:00Z"
+T0 = datetime(2026, 11, 24, tzinfo=UTC).timestamp()
+
+
+def learners_env(nodes: int) -> dict[str, str]:
+    return {"name": "NUM_LEARNERS", "value": str(nodes)}
+
+
+def waiting_pod(
+    learner: int, conditions: list[dict[str, Any]], attempt: int = 1, nodes: int = 2
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"learner-t-{learner}",
+            "creationTimestamp": CREATED,
+            "labels": {
+                "dlaas.io/learner-id": str(learner),
+                "dlaas.io/attempt": str(attempt),
+                "dlaas.io/primary": "true",
+            },
+        },
+        "spec": {
+            "containers": [
+                {"name": "learner", "env": [{"name": "NUM_LEARNERS", "value": str(nodes)}]}
+            ]
+        },
+        "status": {"phase": "Pending", "conditions": conditions},
+    }
+
+
+def scheduled(status: str, reason: str | None = None, at: str | None = None) -> dict[str, Any]:
+    condition = {"type": "PodScheduled", "status": status}
+    if reason:
+        condition["reason"] = reason
+    if at:
+        condition["lastTransitionTime"] = at
+    return condition
+
+
+@pytest.mark.parametrize(
+    ("conditions", "since"),
+    [
+        ([scheduled("False", "Unschedulable", "2026-11-24T00:05:00Z")], T0 + 300),
+        # No transition time given: since the pod was created.
+        ([scheduled("False", "Unschedulable")], T0),
+        ([scheduled("True")], None),
+        # Held by a gate (Kueue's, until its quota admits the group): not unschedulable.
+        ([scheduled("False", "SchedulingGated", "2026-11-24T00:05:00Z")], None),
+        ([{"type": "Ready", "status": "False", "reason": "Unschedulable"}], None),
+        ([], None),
+    ],
+)
+def test_since_when_a_pod_is_unschedulable(
+    conditions: list[dict[str, Any]], since: float | None
+) -> None:
+    assert pod_states.unschedulable_since(waiting_pod(1, conditions)) == since
+
+
+def test_the_observation_names_the_unschedulable_learners_of_the_latest_attempt() -> None:
+    late = scheduled("False", "Unschedulable", "2026-11-24T00:05:00Z")
+    pods = TrainingPods(
+        live={
+            "a": waiting_pod(1, [scheduled("True")], attempt=2, nodes=3),
+            "b": waiting_pod(2, [late], attempt=2, nodes=3),
+            "old": waiting_pod(3, [late], attempt=1, nodes=3),
+        },
+        # Learner 3's pod of attempt 2 is gone: its last state says nothing of now.
+        gone={"c": waiting_pod(3, [late], attempt=2, nodes=3)},
+    )
+    got = observation(pods, T0 + 600, image_pull_timeout=60)
+    assert got.attempt == 2
+    assert got.unschedulable == (Unschedulable(2, T0 + 300),)
+    assert [lo.phase for lo in got.learners] == ["PENDING", "PENDING", "LOST"]
