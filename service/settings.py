@@ -162,6 +162,35 @@ class Settings(BaseSettings):
         description="Kubernetes backend: learners admitted at once; pods beyond what the "
         "nodes hold wait in the scheduler (PENDING, with its message).",
     )
+    # -- Kubernetes gang scheduling (worker.backends.kubernetes.gang) --
+    k8s_gang: Literal["none", "kueue", "coscheduling"] = Field(
+        default="none",
+        description="Kubernetes backend: who starts a training's learners together. none: the "
+        "platform's own admission; kueue: the pods form one Kueue pod group (Kueue admits "
+        "them, the platform's admission steps aside); coscheduling: a scheduler-plugins "
+        "PodGroup (minMember = learners) and the pods name its scheduler.",
+    )
+    k8s_kueue_queue: str = Field(
+        default="dlaas",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Kubernetes backend with DLAAS_K8S_GANG=kueue: the LocalQueue (in the "
+        "namespace) the learners' pod groups are submitted to.",
+    )
+    k8s_scheduler_name: str = Field(
+        default="scheduler-plugins-scheduler",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+        description="Kubernetes backend with DLAAS_K8S_GANG=coscheduling: the scheduler the "
+        "learners' pods name (scheduler-plugins' with the coscheduling plugin).",
+    )
+    k8s_unschedulable_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Kubernetes backend: seconds a learner's pod may stay unschedulable while "
+        "its training's learners have not all started; past that the whole gang is released "
+        "and the training queued again, once, then failed.",
+    )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )

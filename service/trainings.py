@@ -25,7 +25,7 @@ from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
 from service.domain.runtimes import runtime_refusal
-from service.domain.states import TrainingState, check_restart, check_transition
+from service.domain.states import TrainingState, check_requeue, check_restart, check_transition
 from service.errors import (
     Conflict,
     FieldError,
@@ -201,6 +201,7 @@ def record_transition(
 
 
 RETRIED = "stopped by the platform: the attempt was retried"
+RELEASED = "stopped by the platform: the training's learners could not all be placed"
 
 
 def attempt_started_at(training: Training) -> datetime | None:
@@ -221,7 +222,23 @@ def record_restart(training: Training, message: str, *, at: datetime | None = No
     The worker's LAUNCH then stops what is left of the last attempt, saves its
     checkpoints and starts the new one (worker.execution.launch)."""
     check_restart(TrainingState(training.status))
-    now = at or utcnow()
+    return _next_attempt(training, TrainingState.PENDING, message, at or utcnow(), RETRIED)
+
+
+def record_requeue(training: Training, message: str, *, at: datetime | None = None) -> int:
+    """Queue the training again as its next attempt, its gang released before it started
+    (`service.domain.gang_release`): recorded as `record_restart` records a retry, but
+    QUEUED, so it is admitted again. Returns the new attempt's number.
+
+    The worker's STOP deletes this attempt's pods now; the LAUNCH after the next admission
+    cleans up what is left of it, as for a retry."""
+    check_requeue(TrainingState(training.status))
+    return _next_attempt(training, TrainingState.QUEUED, message, at or utcnow(), RELEASED)
+
+
+def _next_attempt(
+    training: Training, state: TrainingState, message: str, now: datetime, stopped: str
+) -> int:
     started = attempt_started_at(training)
     past = list(training.past_attempts or [])
     past.append(
@@ -235,7 +252,7 @@ def record_restart(training: Training, message: str, *, at: datetime | None = No
                     "learner_id": row.learner_id,
                     "status": row.status if row.status in _ENDED else TrainingState.HALTED.value,
                     "exit_code": row.exit_code,
-                    "status_message": row.status_message if row.status in _ENDED else RETRIED,
+                    "status_message": row.status_message if row.status in _ENDED else stopped,
                 }
                 for row in training.learners
             ],
@@ -244,12 +261,12 @@ def record_restart(training: Training, message: str, *, at: datetime | None = No
     training.past_attempts = past
     training.attempt += 1
     for row in training.learners:
-        row.status, row.exit_code, row.status_message = TrainingState.PENDING, None, None
-    training.status = TrainingState.PENDING
+        row.status, row.exit_code, row.status_message = state, None, None
+    training.status = state
     training.status_message = message
     training.updated_at = now
     training.events.append(
-        StatusEvent(status=TrainingState.PENDING, message=message, at=now, attempt=training.attempt)
+        StatusEvent(status=state, message=message, at=now, attempt=training.attempt)
     )
     return training.attempt
 

@@ -24,6 +24,10 @@ through the extension points kmock documents (inherit, override the serving meth
   its status still patchable, gone when the kubelet (the test) deletes it with
   `grace_period_seconds=0`.
 
+Custom resources (scheduler-plugins' `PodGroup`, through the client's CustomObjectsApi)
+are stored, listed by label and garbage-collected as any other object: kmock serves any
+group and plural without a CRD.
+
 Any other deletion is immediate (kmock keeps a `deletionTimestamp` only for objects with
 finalizers). Updates are merge patches; PUT (`replace_*`) is not served.
 

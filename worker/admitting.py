@@ -4,18 +4,26 @@ service.domain.admission's), recorded in the database with their LAUNCH to send.
 A queued training held back by its plan's max_active_nodes says so in its status_message
 (and no longer once that limit does not hold it); one that can never start (more learners
 than the platform's slots, or than its plan's max_active_nodes) is failed, saying why.
+
+The way back: a training whose gang the cluster could not place in time
+(service.domain.gang_release) is queued again as a new attempt, its pods stopped now, or
+failed when it was queued again before (`release_gang`).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy.orm import Session
 
 from service.db import repository
-from service.dispatch import LAUNCH
+from service.db.models import Training
+from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.admission import NODE_LIMIT_MESSAGE, admit
 from service.domain.catalog import PlanSpec
+from service.domain.gang_release import Release
 from service.domain.states import TrainingState
-from service.trainings import record_transition
+from service.trainings import record_requeue, record_transition
 from worker.backends.base import Backend
 
 
@@ -69,3 +77,17 @@ def admit_queued(
             outbox.append((LAUNCH, training.id))
         else:
             record_transition(training, TrainingState.FAILED, never_fit[training.id])
+
+
+def release_gang(
+    training: Training, release: Release, now: datetime, outbox: list[tuple[str, str]]
+) -> None:
+    """Apply a gang release: queue the training again as its next attempt and STOP this
+    attempt's pods (their GPUs are free at once; the LAUNCH after its next admission
+    cleans up the rest), or fail it and FINALIZE."""
+    if release.requeue:
+        record_requeue(training, release.message, at=now)
+        outbox.append((STOP, training.id))
+    else:
+        record_transition(training, TrainingState.FAILED, release.message, at=now)
+        outbox.append((FINALIZE, training.id))

@@ -43,6 +43,7 @@ from service.db import repository
 from service.db.models import Training, utcnow
 from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
+from service.domain.gang_release import gang_release, releases, retries_after_releases
 from service.domain.lifecycle import Action, decide, passed_through
 from service.domain.reports import Malformed, clean_text
 from service.domain.retries import Retries
@@ -56,7 +57,7 @@ from service.trainings import (
     record_restart,
     record_transition,
 )
-from worker.admitting import admit_queued
+from worker.admitting import admit_queued, release_gang
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation, check_observation
 
@@ -258,6 +259,18 @@ class Monitor:
         if isinstance(report, Malformed):
             return report
         record_learner_states(training, report.learners)
+        released = releases((e.status, e.message) for e in training.events)
+        release = gang_release(
+            report.learners,
+            observation.unschedulable,
+            now=now.timestamp(),
+            limit_seconds=self.platform.settings.k8s_unschedulable_seconds,
+            released_before=released,
+        )
+        if release is not None and training.stop_requested_at is None:
+            log.info("training %s: %s", training.id, release.message)
+            release_gang(training, release, now, outbox)
+            return None
         manifest_runtime = training.manifest.get("max_runtime")
         decision = decide(
             state,
@@ -268,7 +281,9 @@ class Monitor:
             max_runtime=int(manifest_runtime) if manifest_runtime else None,
             now=now,
             attempt=training.attempt,
-            retries=Retries.of(training.manifest.get("retry_policy")),
+            retries=retries_after_releases(
+                Retries.of(training.manifest.get("retry_policy")), released
+            ),
         )
         if Action.RETRY in decision.actions:
             retrying = decision.message or "retrying"

@@ -3,8 +3,9 @@
 QUEUED -> PENDING -> DOWNLOADING -> RUNNING -> STORING -> COMPLETED, and any non-terminal
 state may go to FAILED or HALTED (a user's stop). Terminal states are final. States may be
 skipped forward (a monitor that polls can see a learner go from PENDING straight to
-RUNNING) but never backwards, except by a new *attempt* (a retry: `check_restart`), which
-takes an active training back to PENDING with the same id.
+RUNNING) but never backwards, except by a new *attempt*: a retry (`check_restart`) takes
+an active training back to PENDING with the same id, and a gang released before it
+started (`check_requeue`, service.domain.gang_release) takes it back to QUEUED.
 """
 
 from __future__ import annotations
@@ -74,3 +75,15 @@ def check_restart(current: TrainingState) -> None:
     holds learners (an active one) can be started again; a terminal one is final."""
     if current not in ACTIVE_STATES:
         raise InvalidTransition(current, TrainingState.PENDING)
+
+
+# The states of a training whose learners have not all started: a gang released then
+# (service.domain.gang_release) goes back to the queue.
+REQUEUE_FROM = (TrainingState.PENDING, TrainingState.DOWNLOADING)
+
+
+def check_requeue(current: TrainingState) -> None:
+    """A training goes back to QUEUED, as a new attempt, only from a state in which not
+    every learner runs yet."""
+    if current not in REQUEUE_FROM:
+        raise InvalidTransition(current, TrainingState.QUEUED)

@@ -53,3 +53,18 @@ def kubelet(
         **extra,
     }
     core.patch_namespaced_pod_status(name, NAMESPACE, {"status": status})
+
+
+def unschedulable(core: client.CoreV1Api, name: str, since: float = 0.0) -> None:
+    """The scheduler's word on a pod it cannot place: Pending, `PodScheduled` False with
+    reason Unschedulable since `since` seconds from now (negative: in the past)."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+        "lastTransitionTime": ts(since),
+    }
+    core.patch_namespaced_pod_status(
+        name, NAMESPACE, {"status": {"phase": "Pending", "conditions": [condition]}}
+    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.domain.catalog import ComputeSpec
+from service.domain.gang_release import Unschedulable
 from service.domain.lifecycle import LearnerObservation
 from service.domain.reports import Malformed, Report, check_report
 from service.logs.config import LogSinkConfig
@@ -66,6 +67,9 @@ class Observation:
     notes: tuple[str, ...] = field(default=())
     # The attempt these learners were started for (StartRequest.attempt).
     attempt: int = 1
+    # The learners whose pods the cluster's scheduler could not place, and since when
+    # (service.domain.gang_release); a backend without a scheduler reports none.
+    unschedulable: tuple[Unschedulable, ...] = ()
 
 
 def check_observation(

@@ -95,6 +95,14 @@ ones from the Secret. */}}
   value: {{ .Values.learners.clusterDomain | quote }}
 - name: DLAAS_K8S_POD_TTL_SECONDS
   value: {{ .Values.learners.podTtlSeconds | quote }}
+- name: DLAAS_K8S_GANG
+  value: {{ .Values.learners.gang.scheduler | quote }}
+- name: DLAAS_K8S_KUEUE_QUEUE
+  value: {{ .Values.learners.gang.kueueQueue | quote }}
+- name: DLAAS_K8S_SCHEDULER_NAME
+  value: {{ .Values.learners.gang.schedulerName | quote }}
+- name: DLAAS_K8S_UNSCHEDULABLE_SECONDS
+  value: {{ .Values.learners.gang.unschedulableSeconds | quote }}
 - name: DLAAS_S3_ENDPOINT
   value: {{ include "dlaas.s3Endpoint" . | quote }}
 - name: DLAAS_S3_BUCKET

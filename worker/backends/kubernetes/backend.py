@@ -27,6 +27,11 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   learner's own part) before the command runs. save_checkpoints counts what the agents
   saved.
 
+Gang scheduling (DLAAS_K8S_GANG, gang.py): with `kueue` the pods carry Kueue's pod-group
+labels and the backend counts no slots (Kueue admits the group); with `coscheduling` a
+PodGroup (owned by the Service, created before the pods, deleted with them) and the
+pods name its scheduler.
+
 Everything is keyed by the cluster's labels, so a new backend (a restarted worker or
 monitor) reconciles from the cluster: nothing forgotten, nothing created twice.
 """
@@ -59,6 +64,7 @@ from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import layout, pod_logs, pod_states
+from worker.backends.kubernetes.gang import GangConfig, gang_pod, pod_group
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
     LEARNER_LABEL,
@@ -74,6 +80,7 @@ from worker.backends.kubernetes.objects import (
     training_secret,
 )
 from worker.backends.kubernetes.observation import Pod, TrainingPods, observation
+from worker.backends.kubernetes.pod_groups import PodGroups
 from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, learner_name_prefix
@@ -90,6 +97,9 @@ _ENDED_PHASES = ("Succeeded", "Failed")
 HELD_REFRESH_SECONDS = 10.0
 # The Service names its training's id in full (a label value may be shortened).
 TRAINING_ANNOTATION = "dlaas.io/training-id"
+# The slots a backend whose cluster has a gang scheduler reports: the scheduler, not the
+# platform, decides when a training's learners fit (DLAAS_K8S_GANG).
+UNCOUNTED_SLOTS = 10**9
 
 
 def api_client() -> client.ApiClient:
@@ -161,9 +171,12 @@ class KubernetesBackend:
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
         clock: Callable[[], float] = time.time,
+        gang: GangConfig | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.gang = gang or GangConfig()
+        self.pod_groups = PodGroups(api, cluster.namespace)
         self.cluster = cluster
         self.namespace = cluster.namespace
         self.stop_grace_seconds = stop_grace_seconds
@@ -204,6 +217,7 @@ class KubernetesBackend:
             log_store=_platform_log_store(settings),
             store_role_arn=settings.store_role_arn,
             store_session_max_seconds=settings.store_session_max_seconds,
+            gang=GangConfig.from_settings(settings),
         )
 
     def close(self) -> None:
@@ -216,7 +230,10 @@ class KubernetesBackend:
 
     def slots(self) -> int:
         """Learners admitted at once: pods beyond what the nodes hold queue in the
-        scheduler (PENDING, with its message)."""
+        scheduler (PENDING, with its message). With a gang scheduler (DLAAS_K8S_GANG)
+        uncounted: it holds a training's pods until all of them fit."""
+        if self.gang.admits_without_capacity:
+            return UNCOUNTED_SLOTS
         return self._slots
 
     @contextlib.contextmanager
@@ -258,10 +275,15 @@ class KubernetesBackend:
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
             self._create("secrets", training_secret(inp, self.cluster), created)
+            if self.gang.kind == "coscheduling":
+                self._create_pod_group(inp, created)
             # The primaries' pods first: a start observed half-way (by this backend's cache,
             # or another process's watch) must name a primary, or its report is malformed.
             for lp in sorted(plan.learners, key=lambda lp: not lp.primary):
-                pod = self._create("pods", learner_pod(inp, lp, self.cluster), created)
+                body = gang_pod(
+                    learner_pod(inp, lp, self.cluster), prefix, len(plan.learners), self.gang
+                )
+                pod = self._create("pods", body, created)
                 if pod is not None:
                     self.watch.put(pod)
         except Exception:
@@ -385,6 +407,20 @@ class KubernetesBackend:
         result: Pod = json.loads(response.data)
         return result
 
+    def _create_pod_group(self, inp: TrainingObjectsInput, created: list[tuple[str, str]]) -> None:
+        """The training's PodGroup, owned by its Service (one that exists already was made
+        by an earlier start)."""
+        service = headless_service(inp, self.cluster)["metadata"]
+        body = pod_group(
+            inp.prefix,
+            self.namespace,
+            len(inp.plan.learners),
+            service["labels"],
+            service["ownerReferences"],
+        )
+        if self.pod_groups.create(body):
+            created.append(("podgroups", inp.prefix))
+
     def _delete_created(self, created: list[tuple[str, str]]) -> None:
         for kind, name in reversed(created):
             try:
@@ -452,6 +488,9 @@ class KubernetesBackend:
             self._delete("pods", pod["metadata"]["name"], grace=0)
         for secret in self._list("secrets", selector):
             self._delete("secrets", secret["metadata"]["name"], grace=0)
+        if self.gang.kind == "coscheduling":
+            for name in self.pod_groups.names(selector):
+                self.pod_groups.delete(name)
         for service in self._list("services", selector):
             self._delete("services", service["metadata"]["name"], grace=0)
         if wait:
@@ -561,6 +600,9 @@ class KubernetesBackend:
 
     def _delete(self, kind: str, name: str, *, grace: int) -> None:
         """Delete one object; one already gone is fine."""
+        if kind == "podgroups":
+            self.pod_groups.delete(name)
+            return
         delete = {
             "pods": self.core.delete_namespaced_pod,
             "secrets": self.core.delete_namespaced_secret,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.domain.gang_release import Unschedulable
 from service.domain.lifecycle import LearnerObservation
 from worker.backends.base import Observation
 from worker.backends.kubernetes import pod_states
@@ -49,11 +50,15 @@ def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Ob
     ]
     learners: dict[int, LearnerObservation] = {}
     primaries: list[int] = []
+    unschedulable: list[Unschedulable] = []
     expected = 0
     for pod, gone in current:
         lid = _int_label(pod, LEARNER_LABEL)
         if lid is None:
             continue
+        since = None if gone else pod_states.unschedulable_since(pod)
+        if since is not None:
+            unschedulable.append(Unschedulable(lid, since))
         learners[lid] = pod_states.learner_observation(
             pod, now, image_pull_timeout=image_pull_timeout, deleted=gone, learner_id=lid
         )
@@ -77,6 +82,7 @@ def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Ob
         learners=tuple(learners[lid] for lid in sorted(learners)),
         primaries=tuple(sorted(primaries)),
         attempt=attempt,
+        unschedulable=tuple(sorted(unschedulable, key=lambda u: u.learner_id)),
     )
 
 

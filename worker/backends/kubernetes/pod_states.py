@@ -247,6 +247,24 @@ def _unschedulable(status: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unschedulable_since(pod: Pod) -> float | None:
+    """Since when (epoch seconds) the scheduler could not place the pod, from its
+    `PodScheduled` condition (False, reason `Unschedulable`, its lastTransitionTime); None
+    when it is placed, or not said to be unplaceable."""
+    status = _dict(pod.get("status"))
+    for condition in _list(status.get("conditions")):
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            since = parse_time(condition.get("lastTransitionTime"))
+            if since is None:  # no time given: since the pod was created
+                since = parse_time(_dict(pod.get("metadata")).get("creationTimestamp"))
+            return since
+    return None
+
+
 def _waiting_problem(pod: Pod) -> str | None:
     """What keeps a pod's containers from starting, when it is more than their creation
     (a missing Secret or ConfigMap: CreateContainerConfigError, and the like)."""
