@@ -76,6 +76,8 @@ def store_settings(s3: S3Server) -> dict[str, str]:
         "DLAAS_S3_SECRET_KEY": SECRET_KEY,
         "DLAAS_S3_BUCKET": "dlaas-platform",
         "DLAAS_LOG_STORE_URL": LOG_STORE,
+        # The learners' store credentials are assumed from a role (moto's STS).
+        "DLAAS_STORE_ROLE_ARN": "arn:aws:iam::123456789012:role/dlaas-learners",
     }
 
 

@@ -53,12 +53,14 @@ from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
 from service.logs.base import LogRecord
+from service.logs.config import LogSinkConfig
+from service.logs.redis_users import RedisLogUsers
 from service.settings import Settings
 from service.storage import keys, scoped
 from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
-from worker.backends.kubernetes import layout, pod_logs, pod_states
+from worker.backends.kubernetes import credentials, layout, pod_logs, pod_states
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
     LEARNER_LABEL,
@@ -160,6 +162,7 @@ class KubernetesBackend:
         log_store: LogStore | None = None,
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
+        log_users: RedisLogUsers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -189,9 +192,16 @@ class KubernetesBackend:
         self.store_role_arn = store_role_arn or None
         self.store_session_max_seconds = store_session_max_seconds
         self._told_unscoped = False
+        # Where each training's own Redis user is made (see _learner_log_sink); None: the
+        # learners get the request's log sink as it is (a file sink, or tests).
+        self.log_users = log_users
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
+        """The backend the settings describe; credentials.StoreCredentialsRefused without
+        a role to assume, unless DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS=true."""
+        credentials.check_store_credentials(settings)
+        url = settings.resolved_log_store_url
         return cls(
             api_client(),
             ClusterConfig.from_settings(settings),
@@ -204,10 +214,13 @@ class KubernetesBackend:
             log_store=_platform_log_store(settings),
             store_role_arn=settings.store_role_arn,
             store_session_max_seconds=settings.store_session_max_seconds,
+            log_users=RedisLogUsers(url) if url else None,
         )
 
     def close(self) -> None:
         self.watch.close()
+        if self.log_users is not None:
+            self.log_users.close()
 
     # -- what the platform asks of any backend -------------------------------------------
 
@@ -250,14 +263,20 @@ class KubernetesBackend:
         prefix = learner_name_prefix(spec.training_id)
         mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
         plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
+        log_sink, log_password = self._learner_log_sink(request)
         inp = self._objects_input(
-            request, plan, Owner(prefix, "", kind="Service"), ssh_key_pair() if mpi_setup else None
+            request,
+            plan,
+            Owner(prefix, "", kind="Service"),
+            ssh_key_pair() if mpi_setup else None,
+            log_sink,
         )
         created: list[tuple[str, str]] = []
         try:
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
-            self._create("secrets", training_secret(inp, self.cluster), created)
+            secret = self._create("secrets", training_secret(inp, self.cluster), created)
+            self._settle_log_password(spec.training_id, log_password, new=secret is not None)
             # The primaries' pods first: a start observed half-way (by this backend's cache,
             # or another process's watch) must name a primary, or its report is malformed.
             for lp in sorted(plan.learners, key=lambda lp: not lp.primary):
@@ -274,7 +293,12 @@ class KubernetesBackend:
                 self._held.add(spec.training_id)
 
     def _objects_input(
-        self, request: StartRequest, plan: LaunchPlan, owner: Owner, ssh: SshKeyPair | None
+        self,
+        request: StartRequest,
+        plan: LaunchPlan,
+        owner: Owner,
+        ssh: SshKeyPair | None,
+        log_sink: LogSinkConfig,
     ) -> TrainingObjectsInput:
         spec = request.spec
         store = self._learner_store(request)
@@ -286,7 +310,8 @@ class KubernetesBackend:
             tenant=request.tenant,
             plan=plan,
             learner_specs={
-                lp.learner_id: self._learner_spec(request, lp, store) for lp in plan.learners
+                lp.learner_id: self._learner_spec(request, lp, store, log_sink)
+                for lp in plan.learners
             },
             runtime=request.runtime.name if request.runtime else runtimes.PLATFORM,
             compute=compute,
@@ -320,7 +345,31 @@ class KubernetesBackend:
         )
         return scoped.scoped_store(store, self.store_role_arn, scope, duration)
 
-    def _learner_spec(self, request: StartRequest, lp: LearnerPlan, store: StoreConfig) -> str:
+    def _learner_log_sink(self, request: StartRequest) -> tuple[LogSinkConfig, str | None]:
+        """The log sink the training's learners write to, and the password it holds:
+        with a Redis log store, the URL of the training's own ACL user (a new password of
+        it: service.logs.redis_users), never the platform's."""
+        sink = request.log_sink
+        if self.log_users is None or sink.kind != "redis":
+            return sink, None
+        url, password = self.log_users.grant(request.spec.training_id)
+        return LogSinkConfig(kind="redis", url=url), password
+
+    def _settle_log_password(self, training_id: str, password: str | None, *, new: bool) -> None:
+        """After the Secret's creation: a new Secret's password is the user's only one (an
+        older attempt's stops working); when the Secret was there already (an earlier
+        start made it), the password this start made is taken back and the Secret's stays."""
+        if self.log_users is None or password is None:
+            return
+        if new:
+            self.log_users.keep_only(training_id, password)
+        else:
+            self.log_users.revoke(training_id, password)
+
+    def _learner_spec(
+        self, request: StartRequest, lp: LearnerPlan, store: StoreConfig, log_sink: LogSinkConfig
+    ) -> str:
+        request = dataclasses.replace(request, log_sink=log_sink)
         return learner_spec(
             request,
             lp,
@@ -431,6 +480,8 @@ class KubernetesBackend:
         self._append_pod_logs(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
+        if self.log_users is not None:
+            self.log_users.delete(training_id)
         if self._kept_for_debugging(self.watch.pods(training)):
             return
         self._delete_all(training_id, wait=False)
@@ -450,8 +501,9 @@ class KubernetesBackend:
         selector = f"{TRAINING_LABEL}={training}"
         for pod in self._list("pods", selector):
             self._delete("pods", pod["metadata"]["name"], grace=0)
-        for secret in self._list("secrets", selector):
-            self._delete("secrets", secret["metadata"]["name"], grace=0)
+        # By name: the backend may not list or read Secrets (the chart's Role), so that it
+        # never reads the platform's.
+        self._delete("secrets", secret_name(learner_name_prefix(training_id)), grace=0)
         for service in self._list("services", selector):
             self._delete("services", service["metadata"]["name"], grace=0)
         if wait:
@@ -552,7 +604,6 @@ class KubernetesBackend:
     def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
         lister = {
             "pods": self.core.list_namespaced_pod,
-            "secrets": self.core.list_namespaced_secret,
             "services": self.core.list_namespaced_service,
         }[kind]
         response = lister(self.namespace, label_selector=selector, _preload_content=False)
