@@ -106,9 +106,7 @@ class RedisLogUsers:
     def keep_only(self, training_id: str, password: str) -> None:
         """The user's passwords reduced to `password` (what a new Secret carries): those an
         older attempt's Secret held stop working."""
-        self._command(
-            "ACL", "SETUSER", user_name(training_id), "resetpass", f">{password}"
-        )
+        self._command("ACL", "SETUSER", user_name(training_id), "resetpass", f">{password}")
 
     def exists(self, training_id: str) -> bool:
         return self._command("ACL", "GETUSER", user_name(training_id)) is not None

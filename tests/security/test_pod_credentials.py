@@ -32,6 +32,7 @@ from service.logs.base import LogRecord, LogStoreUnavailable
 from service.logs.config import LogSinkConfig
 from service.logs.redis import RedisLogStore
 from service.logs.redis_users import USER_PREFIX, RedisLogUsers, user_name
+from service.storage import scoped
 from service.storage.config import StoreConfig
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.test_backend import CLUSTER, request
@@ -281,3 +282,23 @@ def test_a_new_attempt_takes_the_older_attempts_password_back(
                     sink.append(MINE, [LogRecord(1, 1.0, "attempt 1")])
         finally:
             sink.close()
+
+
+def test_the_store_session_lasts_the_trainings_run_and_wrap_up_not_the_longest(
+    make_backend: Callable[[], KubernetesBackend],
+    s3: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """request() has max_runtime 600: the credentials last 600 s and the margin for fetching
+    and storing, not DLAAS_STORE_SESSION_MAX_SECONDS (12 h)."""
+    asked: list[int] = []
+    real = scoped.scoped_store
+
+    def recorded(store: StoreConfig, role: str, scope: Any, duration: int) -> StoreConfig:
+        asked.append(duration)
+        return real(store, role, scope, duration)
+
+    monkeypatch.setattr(scoped, "scoped_store", recorded)
+    start(make_backend(), s3, MINE)
+    assert asked == [600 + scoped.SESSION_MARGIN_SECONDS]
+    assert 600 + scoped.SESSION_MARGIN_SECONDS < scoped.MAX_SESSION_SECONDS
