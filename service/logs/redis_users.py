@@ -98,10 +98,16 @@ class RedisLogUsers:
         return user_url(self.platform_url, user_name(training_id), password), password
 
     def revoke(self, training_id: str, password: str) -> None:
-        """Take back one password (a start's whose Secret was there already); the user
-        and its other passwords stay."""
-        if self.exists(training_id):
+        """Take back one password (a start's whose Secret was there already, or that
+        failed); the user and its other passwords stay. One taken back already, or a user
+        gone, is fine."""
+        if not self.exists(training_id):
+            return
+        try:
             self._command("ACL", "SETUSER", user_name(training_id), f"<{password}")
+        except redis.ResponseError as e:
+            if "does not exist" not in str(e):
+                raise
 
     def keep_only(self, training_id: str, password: str) -> None:
         """The user's passwords reduced to `password` (what a new Secret carries): those an

@@ -302,3 +302,24 @@ def test_the_store_session_lasts_the_trainings_run_and_wrap_up_not_the_longest(
     start(make_backend(), s3, MINE)
     assert asked == [600 + scoped.SESSION_MARGIN_SECONDS]
     assert 600 + scoped.SESSION_MARGIN_SECONDS < scoped.MAX_SESSION_SECONDS
+
+
+def test_a_failed_start_leaves_no_log_password_that_works(
+    core: client.CoreV1Api, s3: S3Server, admin: redis.Redis
+) -> None:
+    """The role cannot be assumed (after the log user got its password): the start fails
+    having created nothing, and the password it made is taken back."""
+    backend = KubernetesBackend(
+        core.api_client,
+        CLUSTER,
+        store_role_arn="not-an-arn",
+        log_users=RedisLogUsers(PLATFORM_REDIS),
+    )
+    try:
+        with pytest.raises(Exception, match="RoleArn"):
+            start(backend, s3, MINE)
+    finally:
+        backend.close()
+    assert core.list_namespaced_secret(NAMESPACE).items == []
+    rules = [u for u in admin.execute_command("ACL", "LIST") if f"user {user_name(MINE)} " in u]
+    assert all("#" not in rule and "nopass" not in rule for rule in rules), rules

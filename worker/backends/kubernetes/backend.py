@@ -264,15 +264,15 @@ class KubernetesBackend:
         mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
         plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
         log_sink, log_password = self._learner_log_sink(request)
-        inp = self._objects_input(
-            request,
-            plan,
-            Owner(prefix, "", kind="Service"),
-            ssh_key_pair() if mpi_setup else None,
-            log_sink,
-        )
         created: list[tuple[str, str]] = []
         try:
+            inp = self._objects_input(
+                request,
+                plan,
+                Owner(prefix, "", kind="Service"),
+                ssh_key_pair() if mpi_setup else None,
+                log_sink,
+            )
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
             secret = self._create("secrets", training_secret(inp, self.cluster), created)
@@ -287,6 +287,7 @@ class KubernetesBackend:
             self._delete_created(created)
             if ("services", prefix) in created:  # all of it was this call's: none is left
                 self.watch.forget(label_value(spec.training_id))
+            self._take_back_log_password(spec.training_id, log_password)
             raise
         with self._held_lock:
             if self._held is not None:
@@ -365,6 +366,15 @@ class KubernetesBackend:
             self.log_users.keep_only(training_id, password)
         else:
             self.log_users.revoke(training_id, password)
+
+    def _take_back_log_password(self, training_id: str, password: str | None) -> None:
+        """After a failed start: no Secret of this start holds the password any more."""
+        if self.log_users is None or password is None:
+            return
+        try:
+            self.log_users.revoke(training_id, password)
+        except Exception:
+            log.exception("taking back the log password of %s's failed start failed", training_id)
 
     def _learner_spec(
         self, request: StartRequest, lp: LearnerPlan, store: StoreConfig, log_sink: LogSinkConfig
