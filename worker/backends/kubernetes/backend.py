@@ -192,9 +192,9 @@ class KubernetesBackend:
         self.store_role_arn = store_role_arn or None
         self.store_session_max_seconds = store_session_max_seconds
         self._told_unscoped = False
-        # Where each training's own Redis user is made (see _learner_log_sink); None: the
+        # Each training's own log credentials (a Redis user); without log_users the
         # learners get the request's log sink as it is (a file sink, or tests).
-        self.log_users = log_users
+        self.log_credentials = credentials.LogCredentials(log_users)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -219,8 +219,7 @@ class KubernetesBackend:
 
     def close(self) -> None:
         self.watch.close()
-        if self.log_users is not None:
-            self.log_users.close()
+        self.log_credentials.close()
 
     # -- what the platform asks of any backend -------------------------------------------
 
@@ -263,7 +262,7 @@ class KubernetesBackend:
         prefix = learner_name_prefix(spec.training_id)
         mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
         plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
-        log_sink, log_password = self._learner_log_sink(request)
+        log_sink, log_password = self.log_credentials.sink(request)
         created: list[tuple[str, str]] = []
         try:
             inp = self._objects_input(
@@ -276,7 +275,9 @@ class KubernetesBackend:
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
             secret = self._create("secrets", training_secret(inp, self.cluster), created)
-            self._settle_log_password(spec.training_id, log_password, new=secret is not None)
+            self.log_credentials.settle(
+                spec.training_id, log_password, new_secret=secret is not None
+            )
             # The primaries' pods first: a start observed half-way (by this backend's cache,
             # or another process's watch) must name a primary, or its report is malformed.
             for lp in sorted(plan.learners, key=lambda lp: not lp.primary):
@@ -287,7 +288,7 @@ class KubernetesBackend:
             self._delete_created(created)
             if ("services", prefix) in created:  # all of it was this call's: none is left
                 self.watch.forget(label_value(spec.training_id))
-            self._take_back_log_password(spec.training_id, log_password)
+            self.log_credentials.take_back(spec.training_id, log_password)
             raise
         with self._held_lock:
             if self._held is not None:
@@ -345,36 +346,6 @@ class KubernetesBackend:
             request.max_runtime or DEFAULT_MAX_RUNTIME, self.store_session_max_seconds
         )
         return scoped.scoped_store(store, self.store_role_arn, scope, duration)
-
-    def _learner_log_sink(self, request: StartRequest) -> tuple[LogSinkConfig, str | None]:
-        """The log sink the training's learners write to, and the password it holds:
-        with a Redis log store, the URL of the training's own ACL user (a new password of
-        it: service.logs.redis_users), never the platform's."""
-        sink = request.log_sink
-        if self.log_users is None or sink.kind != "redis":
-            return sink, None
-        url, password = self.log_users.grant(request.spec.training_id)
-        return LogSinkConfig(kind="redis", url=url), password
-
-    def _settle_log_password(self, training_id: str, password: str | None, *, new: bool) -> None:
-        """After the Secret's creation: a new Secret's password is the user's only one (an
-        older attempt's stops working); when the Secret was there already (an earlier
-        start made it), the password this start made is taken back and the Secret's stays."""
-        if self.log_users is None or password is None:
-            return
-        if new:
-            self.log_users.keep_only(training_id, password)
-        else:
-            self.log_users.revoke(training_id, password)
-
-    def _take_back_log_password(self, training_id: str, password: str | None) -> None:
-        """After a failed start: no Secret of this start holds the password any more."""
-        if self.log_users is None or password is None:
-            return
-        try:
-            self.log_users.revoke(training_id, password)
-        except Exception:
-            log.exception("taking back the log password of %s's failed start failed", training_id)
 
     def _learner_spec(
         self, request: StartRequest, lp: LearnerPlan, store: StoreConfig, log_sink: LogSinkConfig
@@ -490,8 +461,7 @@ class KubernetesBackend:
         self._append_pod_logs(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
-        if self.log_users is not None:
-            self.log_users.delete(training_id)
+        self.log_credentials.delete(training_id)
         if self._kept_for_debugging(self.watch.pods(training)):
             return
         self._delete_all(training_id, wait=False)
