@@ -8,7 +8,8 @@ directory of this machine that no pod can read, so `dlaas up` refuses to start w
 instead of failing every training at its first step. It also lists the namespace's pods
 once (what the backend's watch starts with), so a wrong KUBECONFIG, an unreachable API
 server or a namespace the credentials may not read is said at start, not at the first
-training.
+training. Without a role to assume for the learners' store credentials it refuses too
+(worker.backends.kubernetes.credentials), unless the operator accepts unscoped ones.
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ def open_backend(settings: Settings) -> Backend:
     from kubernetes.config import ConfigException
 
     from worker.backends.kubernetes.backend import KubernetesBackend
+    from worker.backends.kubernetes.credentials import StoreCredentialsRefused
 
     try:
         backend = KubernetesBackend.from_settings(settings)
+    except StoreCredentialsRefused as e:
+        raise EmbeddedError(f"DLAAS_BACKEND=kubernetes: {e}") from e
     except (ConfigException, OSError) as e:
         where = os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise EmbeddedError(f"no Kubernetes cluster configured ({where}): {e}") from e

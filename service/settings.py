@@ -308,6 +308,12 @@ class Settings(BaseSettings):
         "from (STS AssumeRole at the S3 endpoint, with a session policy allowing only the "
         "training's own keys); unset: learners get the platform's credentials, unscoped.",
     )
+    k8s_allow_platform_store_credentials: bool = Field(
+        default=False,
+        description="Kubernetes backend: start without DLAAS_STORE_ROLE_ARN, giving learner "
+        "pods the platform's own store credentials (the whole bucket); unset, the backend "
+        "refuses to start without a role.",
+    )
     store_session_max_seconds: int = Field(
         default=43200,
         ge=900,

@@ -51,18 +51,23 @@ K8S_SETTINGS = {
 
 # What the Kubernetes backend does in its namespace, and nothing more: learner pods
 # (created, watched, their log read as a fallback, deleted), a training's headless Service,
-# its per-training Secrets (credentials, the MPI key pair). Kept here, not read from the
-# chart, so that a change to the Role has to change this list too.
+# its per-training Secret (credentials, the MPI key pair: created and deleted, never read or
+# listed, so not the platform's either). Kept here, not read from the chart, so that a
+# change to the Role has to change this list too; tests/k8s/test_backend.py checks it is
+# exactly what the backend's requests need.
 EXPECTED_RULES = [
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": ["create", "get", "list", "watch", "delete"],
-    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
 ]
+BACKEND_SERVICE_ACCOUNT = f"{FULLNAME}-backend"
+# Each service account's rules in the release's namespace: the platform's components (API,
+# scoring, migrations) none, the backend's (worker, monitor) the Role above.
+SERVICE_ACCOUNT_RULES: dict[str, list[dict[str, Any]]] = {
+    FULLNAME: [],
+    BACKEND_SERVICE_ACCOUNT: EXPECTED_RULES,
+}
 
 VALUE_SETS = {"default": None, "external": EXTERNAL_VALUES}
 
@@ -167,7 +172,16 @@ def test_without_a_role_the_chart_sets_none(default_objects: list[dict[str, Any]
         pod_spec(named(default_objects, "Deployment", f"{FULLNAME}-worker"))["containers"][0]
     )
     assert "DLAAS_STORE_ROLE_ARN" not in env
+    assert "DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS" not in env  # so the backend refuses
     assert env["DLAAS_STORE_SESSION_MAX_SECONDS"]["value"] == "43200"
+
+
+def test_platform_store_credentials_only_when_the_operator_says_so() -> None:
+    objs = objects({"s3": {"allowPlatformStoreCredentials": True}})
+    for component in ("worker", "monitor"):
+        deployment = named(objs, "Deployment", f"{FULLNAME}-{component}")
+        env = env_of(pod_spec(deployment)["containers"][0])
+        assert env["DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS"]["value"] == "true"
 
 
 @pytest.mark.parametrize(
@@ -222,8 +236,24 @@ def test_the_role_has_exactly_the_backends_rules(rendered: list[dict[str, Any]])
         "name": roles[0]["metadata"]["name"],
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": BACKEND_SERVICE_ACCOUNT, "namespace": NAMESPACE}
     ]
+
+
+def test_each_service_account_has_exactly_its_rules(rendered: list[dict[str, Any]]) -> None:
+    """The Roles bound to each service account, as a whole: the platform's components may
+    do nothing through the API, the backend what EXPECTED_RULES says (no Secret read)."""
+    accounts = {o["metadata"]["name"] for o in rendered if o["kind"] == "ServiceAccount"}
+    assert accounts == set(SERVICE_ACCOUNT_RULES)
+    roles = {o["metadata"]["name"]: o["rules"] for o in rendered if o["kind"] == "Role"}
+    bound: dict[str, list[dict[str, Any]]] = {name: [] for name in accounts}
+    for binding in (o for o in rendered if o["kind"] == "RoleBinding"):
+        for subject in binding["subjects"]:
+            bound[subject["name"]] += roles[binding["roleRef"]["name"]]
+    assert bound == SERVICE_ACCOUNT_RULES
+    for rule in bound[BACKEND_SERVICE_ACCOUNT]:
+        if "secrets" in rule["resources"]:
+            assert not {"get", "list", "watch"} & set(rule["verbs"])
 
 
 def test_only_the_worker_and_the_monitor_hold_the_service_account_token(
@@ -235,9 +265,10 @@ def test_only_the_worker_and_the_monitor_hold_the_service_account_token(
         spec = pod_spec(obj)
         component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
         if component in ("worker", "monitor"):
-            assert spec["serviceAccountName"] == FULLNAME
+            assert spec["serviceAccountName"] == BACKEND_SERVICE_ACCOUNT
             assert spec["automountServiceAccountToken"] is True
         else:
+            assert spec.get("serviceAccountName", "default") != BACKEND_SERVICE_ACCOUNT
             assert spec["automountServiceAccountToken"] is False, component
 
 
@@ -420,6 +451,13 @@ def test_notes_say_how_to_reach_the_api_and_create_a_tenant() -> None:
     assert "dlaas tenants create" in notes
     assert "POST $DLAAS_URL/v1/tenants" in notes.replace("-X POST ", "POST ")
     assert f"secret {FULLNAME}-secrets" in notes
+
+
+def test_notes_warn_that_the_backend_refuses_to_start_without_a_role() -> None:
+    assert "s3.roleArn is empty" in render()["dlaas/templates/NOTES.txt"]
+    allowed = render({"s3": {"allowPlatformStoreCredentials": True}})
+    assert "s3.roleArn is empty" not in allowed["dlaas/templates/NOTES.txt"]
+    assert "s3.roleArn is empty" not in render(EXTERNAL_VALUES)["dlaas/templates/NOTES.txt"]
 
 
 # Free-form objects whose own fields are Kubernetes' or the catalog's (documented there).

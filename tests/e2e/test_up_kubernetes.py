@@ -76,6 +76,8 @@ def store_settings(s3: S3Server) -> dict[str, str]:
         "DLAAS_S3_SECRET_KEY": SECRET_KEY,
         "DLAAS_S3_BUCKET": "dlaas-platform",
         "DLAAS_LOG_STORE_URL": LOG_STORE,
+        # The learners' store credentials are assumed from a role (moto's STS).
+        "DLAAS_STORE_ROLE_ARN": "arn:aws:iam::123456789012:role/dlaas-learners",
     }
 
 
@@ -256,6 +258,20 @@ def test_a_local_store_is_refused_with_the_kubernetes_backend(
     )
     assert result.returncode == 1, result.stdout
     assert "DLAAS_S3_ENDPOINT" in result.stderr and "DLAAS_LOG_STORE_URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_a_role_for_the_learners_store_credentials_up_refuses(
+    tmp_path: Path, apiserver: RunningApiserver, s3: S3Server
+) -> None:
+    settings = {k: v for k, v in store_settings(s3).items() if k != "DLAAS_STORE_ROLE_ARN"}
+    env = clean_env(tmp_path / "home", **settings, KUBECONFIG=str(apiserver.kubeconfig))
+    result = subprocess.run(
+        [DLAAS, "up", "--port", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stdout
+    assert "DLAAS_STORE_ROLE_ARN is not set" in result.stderr
+    assert "DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS=true" in result.stderr
     assert "Traceback" not in result.stderr
 
 

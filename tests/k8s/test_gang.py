@@ -241,6 +241,8 @@ def settings(
         k8s_namespace=NAMESPACE,
         k8s_image_prefix="registry.example.com/dlaas/",
         k8s_image_tag="1.0",
+        # The local store: no role for the pods to assume, accepted explicitly.
+        k8s_allow_platform_store_credentials=True,
         k8s_gang=gang,  # type: ignore[arg-type]
         k8s_kueue_queue="gpu-queue",
         # With a gang scheduler, one learner slot: what the platform's own admission

@@ -57,6 +57,8 @@ def settings(
         k8s_namespace=NAMESPACE,
         k8s_image_prefix="registry.example.com/dlaas/",
         k8s_image_tag="1.0",
+        # A local store: the pods get no store credentials to scope.
+        k8s_allow_platform_store_credentials=True,
     )
 
 

@@ -45,8 +45,14 @@ the learners' fetch and store steps. */}}
 {{- .Values.secrets.existingSecret | default (printf "%s-secrets" (include "dlaas.fullname" .)) }}
 {{- end }}
 
+{{- /* The platform's components (API, scoring, migrations): bound to no Role. */}}
 {{- define "dlaas.serviceAccountName" -}}
 {{- include "dlaas.fullname" . }}
+{{- end }}
+
+{{- /* The Kubernetes backend's (worker, monitor): the learners' Role of rbac.yaml. */}}
+{{- define "dlaas.backendServiceAccountName" -}}
+{{- printf "%s-backend" (include "dlaas.fullname" .) }}
 {{- end }}
 
 {{- define "dlaas.postgresqlHost" -}}
@@ -114,6 +120,10 @@ ones from the Secret. */}}
 {{- with .Values.s3.roleArn }}
 - name: DLAAS_STORE_ROLE_ARN
   value: {{ . | quote }}
+{{- end }}
+{{- if .Values.s3.allowPlatformStoreCredentials }}
+- name: DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS
+  value: "true"
 {{- end }}
 - name: DLAAS_STORE_SESSION_MAX_SECONDS
   value: {{ .Values.s3.sessionMaxSeconds | quote }}

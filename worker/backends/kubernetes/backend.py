@@ -58,12 +58,14 @@ from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
 from service.logs.base import LogRecord
+from service.logs.config import LogSinkConfig
+from service.logs.redis_users import RedisLogUsers
 from service.settings import Settings
 from service.storage import keys, scoped
 from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
-from worker.backends.kubernetes import layout, pod_logs, pod_states
+from worker.backends.kubernetes import credentials, layout, pod_logs, pod_states
 from worker.backends.kubernetes.gang import GangConfig, gang_pod, pod_group
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
@@ -170,6 +172,7 @@ class KubernetesBackend:
         log_store: LogStore | None = None,
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
+        log_users: RedisLogUsers | None = None,
         clock: Callable[[], float] = time.time,
         gang: GangConfig | None = None,
     ) -> None:
@@ -202,9 +205,16 @@ class KubernetesBackend:
         self.store_role_arn = store_role_arn or None
         self.store_session_max_seconds = store_session_max_seconds
         self._told_unscoped = False
+        # Each training's own log credentials (a Redis user); without log_users the
+        # learners get the request's log sink as it is (a file sink, or tests).
+        self.log_credentials = credentials.LogCredentials(log_users)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
+        """The backend the settings describe; credentials.StoreCredentialsRefused without
+        a role to assume, unless DLAAS_K8S_ALLOW_PLATFORM_STORE_CREDENTIALS=true."""
+        credentials.check_store_credentials(settings)
+        url = settings.resolved_log_store_url
         return cls(
             api_client(),
             ClusterConfig.from_settings(settings),
@@ -218,10 +228,12 @@ class KubernetesBackend:
             store_role_arn=settings.store_role_arn,
             store_session_max_seconds=settings.store_session_max_seconds,
             gang=GangConfig.from_settings(settings),
+            log_users=RedisLogUsers(url) if url else None,
         )
 
     def close(self) -> None:
         self.watch.close()
+        self.log_credentials.close()
 
     # -- what the platform asks of any backend -------------------------------------------
 
@@ -267,14 +279,22 @@ class KubernetesBackend:
         prefix = learner_name_prefix(spec.training_id)
         mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
         plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
-        inp = self._objects_input(
-            request, plan, Owner(prefix, "", kind="Service"), ssh_key_pair() if mpi_setup else None
-        )
+        log_sink, log_password = self.log_credentials.sink(request)
         created: list[tuple[str, str]] = []
         try:
+            inp = self._objects_input(
+                request,
+                plan,
+                Owner(prefix, "", kind="Service"),
+                ssh_key_pair() if mpi_setup else None,
+                log_sink,
+            )
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
-            self._create("secrets", training_secret(inp, self.cluster), created)
+            secret = self._create("secrets", training_secret(inp, self.cluster), created)
+            self.log_credentials.settle(
+                spec.training_id, log_password, new_secret=secret is not None
+            )
             if self.gang.kind == "coscheduling":
                 self._create_pod_group(inp, created)
             # The primaries' pods first: a start observed half-way (by this backend's cache,
@@ -290,13 +310,19 @@ class KubernetesBackend:
             self._delete_created(created)
             if ("services", prefix) in created:  # all of it was this call's: none is left
                 self.watch.forget(label_value(spec.training_id))
+            self.log_credentials.take_back(spec.training_id, log_password)
             raise
         with self._held_lock:
             if self._held is not None:
                 self._held.add(spec.training_id)
 
     def _objects_input(
-        self, request: StartRequest, plan: LaunchPlan, owner: Owner, ssh: SshKeyPair | None
+        self,
+        request: StartRequest,
+        plan: LaunchPlan,
+        owner: Owner,
+        ssh: SshKeyPair | None,
+        log_sink: LogSinkConfig,
     ) -> TrainingObjectsInput:
         spec = request.spec
         store = self._learner_store(request)
@@ -308,7 +334,8 @@ class KubernetesBackend:
             tenant=request.tenant,
             plan=plan,
             learner_specs={
-                lp.learner_id: self._learner_spec(request, lp, store) for lp in plan.learners
+                lp.learner_id: self._learner_spec(request, lp, store, log_sink)
+                for lp in plan.learners
             },
             runtime=request.runtime.name if request.runtime else runtimes.PLATFORM,
             compute=compute,
@@ -342,7 +369,10 @@ class KubernetesBackend:
         )
         return scoped.scoped_store(store, self.store_role_arn, scope, duration)
 
-    def _learner_spec(self, request: StartRequest, lp: LearnerPlan, store: StoreConfig) -> str:
+    def _learner_spec(
+        self, request: StartRequest, lp: LearnerPlan, store: StoreConfig, log_sink: LogSinkConfig
+    ) -> str:
+        request = dataclasses.replace(request, log_sink=log_sink)
         return learner_spec(
             request,
             lp,
@@ -467,6 +497,7 @@ class KubernetesBackend:
         self._append_pod_logs(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
+        self.log_credentials.delete(training_id)
         if self._kept_for_debugging(self.watch.pods(training)):
             return
         self._delete_all(training_id, wait=False)
@@ -486,8 +517,9 @@ class KubernetesBackend:
         selector = f"{TRAINING_LABEL}={training}"
         for pod in self._list("pods", selector):
             self._delete("pods", pod["metadata"]["name"], grace=0)
-        for secret in self._list("secrets", selector):
-            self._delete("secrets", secret["metadata"]["name"], grace=0)
+        # By name: the backend may not list or read Secrets (the chart's Role), so that it
+        # never reads the platform's.
+        self._delete("secrets", secret_name(learner_name_prefix(training_id)), grace=0)
         if self.gang.kind == "coscheduling":
             for name in self.pod_groups.names(selector):
                 self.pod_groups.delete(name)
@@ -591,7 +623,6 @@ class KubernetesBackend:
     def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
         lister = {
             "pods": self.core.list_namespaced_pod,
-            "secrets": self.core.list_namespaced_secret,
             "services": self.core.list_namespaced_service,
         }[kind]
         response = lister(self.namespace, label_selector=selector, _preload_content=False)
