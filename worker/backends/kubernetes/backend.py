@@ -50,6 +50,7 @@ from kubernetes.client.rest import ApiException
 
 from service import runtimes
 from service.domain.catalog import ComputeSpec
+from service.domain.egress import EgressRules
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
 from service.logs.base import LogRecord
@@ -59,6 +60,7 @@ from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import layout, pod_logs, pod_states
+from worker.backends.kubernetes.network import training_network_policy
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
     LEARNER_LABEL,
@@ -160,10 +162,15 @@ class KubernetesBackend:
         log_store: LogStore | None = None,
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
+        egress: EgressRules | None = EgressRules(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
+        # Each training's NetworkPolicy allows its pods this egress (network.py); None:
+        # no policy is created (DLAAS_K8S_NETWORK_POLICY=false).
+        self.egress = egress
         self.cluster = cluster
         self.namespace = cluster.namespace
         self.stop_grace_seconds = stop_grace_seconds
@@ -204,6 +211,7 @@ class KubernetesBackend:
             log_store=_platform_log_store(settings),
             store_role_arn=settings.store_role_arn,
             store_session_max_seconds=settings.store_session_max_seconds,
+            egress=_egress_rules(settings),
         )
 
     def close(self) -> None:
@@ -257,6 +265,9 @@ class KubernetesBackend:
         try:
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
+            if self.egress is not None:  # before any pod: none runs unisolated
+                policy = training_network_policy(inp, self.cluster, self.egress)
+                self._create("networkpolicies", policy, created)
             self._create("secrets", training_secret(inp, self.cluster), created)
             # The primaries' pods first: a start observed half-way (by this backend's cache,
             # or another process's watch) must name a primary, or its report is malformed.
@@ -374,6 +385,7 @@ class KubernetesBackend:
         create = {
             "secrets": self.core.create_namespaced_secret,
             "pods": self.core.create_namespaced_pod,
+            "networkpolicies": self.networking.create_namespaced_network_policy,
         }[kind]
         try:
             response = create(self.namespace, body, _preload_content=False)
@@ -452,6 +464,9 @@ class KubernetesBackend:
             self._delete("pods", pod["metadata"]["name"], grace=0)
         for secret in self._list("secrets", selector):
             self._delete("secrets", secret["metadata"]["name"], grace=0)
+        if self.egress is not None:
+            for policy in self._list("networkpolicies", selector):
+                self._delete("networkpolicies", policy["metadata"]["name"], grace=0)
         for service in self._list("services", selector):
             self._delete("services", service["metadata"]["name"], grace=0)
         if wait:
@@ -554,6 +569,7 @@ class KubernetesBackend:
             "pods": self.core.list_namespaced_pod,
             "secrets": self.core.list_namespaced_secret,
             "services": self.core.list_namespaced_service,
+            "networkpolicies": self.networking.list_namespaced_network_policy,
         }[kind]
         response = lister(self.namespace, label_selector=selector, _preload_content=False)
         items = json.loads(response.data).get("items") or []
@@ -565,6 +581,7 @@ class KubernetesBackend:
             "pods": self.core.delete_namespaced_pod,
             "secrets": self.core.delete_namespaced_secret,
             "services": self.core.delete_namespaced_service,
+            "networkpolicies": self.networking.delete_namespaced_network_policy,
         }[kind]
         try:
             delete(name, self.namespace, grace_period_seconds=grace, _preload_content=False)
@@ -580,6 +597,14 @@ def _platform_log_store(settings: Settings) -> LogStore:
     if url:
         return open_log_store("redis", url=url)
     return open_log_store("file", dir=str(settings.home_dir / "logs"))
+
+
+def _egress_rules(settings: Settings) -> EgressRules | None:
+    """What each training's NetworkPolicy lets its pods reach (DLAAS_K8S_EGRESS_*), or
+    None without DLAAS_K8S_NETWORK_POLICY."""
+    if not settings.k8s_network_policy:
+        return None
+    return settings.k8s_egress_rules
 
 
 def _training_id(service: dict[str, Any]) -> str:
