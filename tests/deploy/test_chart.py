@@ -51,8 +51,8 @@ K8S_SETTINGS = {
 
 # What the Kubernetes backend does in its namespace, and nothing more: learner pods
 # (created, watched, their log read as a fallback, deleted), a training's headless Service,
-# its per-training Secrets (credentials, the MPI key pair). Kept here, not read from the
-# chart, so that a change to the Role has to change this list too.
+# its per-training Secrets (credentials, the MPI key pair) and its NetworkPolicy. Kept
+# here, not read from the chart, so that a change to the Role has to change this list too.
 EXPECTED_RULES = [
     {
         "apiGroups": [""],
@@ -62,6 +62,11 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "list", "delete"]},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["create", "list", "delete"],
+    },
 ]
 
 VALUE_SETS = {"default": None, "external": EXTERNAL_VALUES}
