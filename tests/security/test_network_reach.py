@@ -203,3 +203,14 @@ def test_without_the_chart_policies_the_training_policy_alone_still_isolates() -
     assert not connects(policies, a1, Endpoint("169.254.169.254"), 80)
     assert not connects(policies, a1, Endpoint("52.216.8.1"), 443)  # no egress configured
     assert connects(policies, a1, learner(ALICE, 1), 2222)
+
+
+@pytest.mark.parametrize("port", [80, 443, 8775])
+def test_an_egress_to_anywhere_on_any_port_still_excepts_the_metadata_address(port: int) -> None:
+    egress = EgressRules(cidrs=("0.0.0.0/0", "::/0"))
+    policies = [training_network_policy(ALICE.inputs(), CLUSTER, egress)]
+    a1 = learner(ALICE, 0)
+    assert connects(policies, a1, Endpoint("52.216.8.1"), port)
+    assert not connects(policies, a1, Endpoint("169.254.169.254"), port)
+    assert not connects(policies, a1, Endpoint("fd00:ec2::254"), port)
+    assert connects(policies, a1, Endpoint("2600:1f18::1"), port)
