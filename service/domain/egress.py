@@ -71,7 +71,7 @@ def parse_cidrs(text: str, what: str = "egress CIDR") -> tuple[str, ...]:
 
 
 def parse_ports(text: str) -> tuple[int, ...]:
-    """Comma-separated TCP ports (blanks dropped)."""
+    """Comma-separated TCP ports (blanks and repeats dropped)."""
     ports = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -79,7 +79,7 @@ def parse_ports(text: str) -> tuple[int, ...]:
         if not part.isdigit() or not 1 <= int(part) <= 65535:
             raise ValueError(f"the egress port '{part}' is not a port number (1 to 65535)")
         ports.append(int(part))
-    return tuple(ports)
+    return tuple(dict.fromkeys(ports))
 
 
 def parse_pod_peers(text: str) -> tuple[PodPeer, ...]:

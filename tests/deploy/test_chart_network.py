@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import helm_python as helm
+import kubernetes_validate
 import pytest
 
 from service.settings import Settings
@@ -193,9 +194,26 @@ def test_the_operators_egress_reaches_the_backend(monkeypatch: pytest.MonkeyPatc
     assert egress.ports == (443, 6379)
     assert egress.denied == ("10.0.0.0/8",)
     assert [(p.namespace, p.labels) for p in egress.pods] == [("storage", (("app", "minio"),))]
-    # With a bundled Redis, its port is added to the operator's.
+    # With a bundled Redis and MinIO, their pods and ports are added to the operator's.
     values["redis"] = {"bundled": True}
-    assert _network_env(objects(values))["DLAAS_K8S_EGRESS_PORTS"] == "443,6379,6379"
+    values["s3"] = {"bundled": True}
+    for name, value in _network_env(objects(values)).items():
+        monkeypatch.setenv(name, value)
+    egress = _egress_rules(Settings())
+    assert egress is not None and egress.ports == (443, 6379, 9000)
+    assert [dict(p.labels)["app.kubernetes.io/component"] for p in egress.pods[:2]] == [
+        "redis",
+        "minio",
+    ]
+
+
+def test_every_policy_validates_against_kubernetes_1_30(
+    default_objects: list[dict[str, Any]], external_objects: list[dict[str, Any]]
+) -> None:
+    checked = [o for o in default_objects + external_objects if o["kind"] == "NetworkPolicy"]
+    assert len(checked) == 10
+    for policy in checked:
+        kubernetes_validate.validate(policy, "1.30.0", strict=True)
 
 
 def test_switched_off_no_policy_is_made_and_the_notes_say_what_that_leaves_open() -> None:
@@ -209,6 +227,15 @@ def test_switched_off_no_policy_is_made_and_the_notes_say_what_that_leaves_open(
     enabled = render()["dlaas/templates/NOTES.txt"]
     assert "network plugin that implements NetworkPolicy" in enabled
     assert "networkPolicy.enabled=false" in enabled
+    assert "learners cannot reach them" not in enabled  # the bundled store and Redis
+
+
+def test_the_notes_warn_when_an_external_store_is_out_of_the_learners_reach() -> None:
+    notes = render(EXTERNAL_VALUES)["dlaas/templates/NOTES.txt"]
+    assert "learners cannot reach them" in notes
+    values = copy.deepcopy(EXTERNAL_VALUES)
+    values["networkPolicy"] = {"egressCIDRs": ["52.216.0.0/15"], "egressPorts": [443, 6379]}
+    assert "learners cannot reach them" not in render(values)["dlaas/templates/NOTES.txt"]
 
 
 @pytest.mark.parametrize(

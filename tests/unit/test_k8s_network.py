@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 from pydantic import ValidationError
 
-from service.domain.egress import EgressRules, PodPeer, parse_pod_peers
+from service.domain.egress import EgressRules, PodPeer, parse_pod_peers, parse_ports
 from service.settings import Settings
 from tests.unit.test_k8s_objects import CASES, CLUSTER, CPU, VERSIONS, Case, of_kind
 from worker.backends.kubernetes import layout
@@ -278,7 +278,8 @@ def test_bad_egress_settings_are_refused_naming_them(
         assert name.removeprefix("DLAAS_").lower() in str(refused.value)
 
 
-def test_pod_peers_parse_namespace_and_labels() -> None:
+def test_ports_and_pod_peers_parse() -> None:
+    assert parse_ports("443, 6379,443,") == (443, 6379)
     assert parse_pod_peers(" ; a=b ;ns-1:x.io/k=v,c=d;") == (
         PodPeer((("a", "b"),)),
         PodPeer((("x.io/k", "v"), ("c", "d")), namespace="ns-1"),

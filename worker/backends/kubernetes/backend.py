@@ -6,7 +6,8 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   it in ownerReferences, so deleting it has the cluster delete them all), then the Secret
   with the learners' specs (and an MPI key pair), then one pod per learner, the primary
   learners' first (a parameter server is none: a half-made start still names a primary,
-  as an Observation must). An object that
+  as an Observation must). The training's NetworkPolicy (network.py) is created right
+  after the Service, before the Secret and any pod. An object that
   already exists (409) was created by an earlier call: a second start creates nothing.
   A start that fails deletes what it created, then raises. Objects of an older attempt
   still there (kept for debugging) are deleted first.
@@ -15,8 +16,9 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   attempt and the primaries from the pods' labels.
 - stop: the training's pods that still run deleted with the grace period, waiting
   (bounded) until the watch has seen them go; those that ended run nothing and stay.
-- cleanup: the Secret, the pods and the Service deleted one by one (the garbage collector
-  would cascade from the Service, in its own time: a restarted start must not find them).
+- cleanup: the Secret, the pods, the NetworkPolicy and the Service deleted one by one (the
+  garbage collector would cascade from the Service, in its own time: a restarted start
+  must not find them).
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
   monitor's FINALIZE of held trainings deletes them once it has passed.
