@@ -76,6 +76,8 @@ def store_settings(s3: S3Server) -> dict[str, str]:
         "DLAAS_S3_SECRET_KEY": SECRET_KEY,
         "DLAAS_S3_BUCKET": "dlaas-platform",
         "DLAAS_LOG_STORE_URL": LOG_STORE,
+        # Each training's NetworkPolicy lets its pods reach the stores on this machine.
+        "DLAAS_K8S_EGRESS_CIDRS": "127.0.0.0/8",
     }
 
 

@@ -8,12 +8,14 @@ privilege escalation and nothing writable but its volumes."""
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import kubernetes_validate
 import pytest
 from pydantic import ValidationError
 
+from composition.backend import kubernetes_network_problems
 from service.domain.egress import EgressRules, PodPeer, parse_pod_peers, parse_ports
 from service.settings import Settings
 from tests.unit.test_k8s_objects import CASES, CLUSTER, CPU, VERSIONS, Case, of_kind
@@ -331,3 +333,30 @@ def test_learner_pods_are_hardened(case: str) -> None:
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         for name in ("HOME", "MODEL_DIR", "DATA_DIR", "RESULT_DIR", "LOG_DIR", "CHECKPOINT_DIR"):
             assert env[name].startswith(layout.WORK_DIR + "/"), name
+
+
+# -- dlaas up ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({}, True),  # the policy would let the pods reach no store
+        ({"DLAAS_K8S_EGRESS_CIDRS": "10.0.0.5/32"}, False),
+        ({"DLAAS_K8S_EGRESS_PODS": "app=minio"}, False),
+        ({"DLAAS_K8S_EGRESS_PORTS": "9000"}, True),  # ports alone open nothing
+        ({"DLAAS_K8S_NETWORK_POLICY": "false"}, False),
+    ],
+)
+def test_dlaas_up_refuses_a_policy_that_lets_the_pods_reach_no_store(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: bool
+) -> None:
+    for name in [n for n in os.environ if n.startswith("DLAAS_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    problems = kubernetes_network_problems(Settings(backend="kubernetes"))
+    assert bool(problems) is refused
+    if refused:
+        assert "DLAAS_K8S_EGRESS_CIDRS" in problems[0]
+        assert "DLAAS_K8S_NETWORK_POLICY=false" in problems[0]
