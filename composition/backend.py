@@ -42,15 +42,29 @@ def kubernetes_store_problems(settings: Settings) -> list[str]:
     return problems
 
 
+def kubernetes_network_problems(settings: Settings) -> list[str]:
+    """What keeps each training's NetworkPolicy from letting its pods reach the stores: with
+    DLAAS_K8S_NETWORK_POLICY, an egress that names nothing (empty: nothing)."""
+    rules = settings.k8s_egress_rules
+    if not settings.k8s_network_policy or rules.cidrs or rules.pods:
+        return []
+    return [
+        "each training's NetworkPolicy lets its pods reach only each other and DNS: set "
+        "DLAAS_K8S_EGRESS_CIDRS (or DLAAS_K8S_EGRESS_PODS) to where the pods reach "
+        "DLAAS_S3_ENDPOINT and the log store's Redis, or DLAAS_K8S_NETWORK_POLICY=false on "
+        "a cluster whose network plugin enforces no NetworkPolicy"
+    ]
+
+
 def open_backend(settings: Settings) -> Backend:
     """The backend of DLAAS_BACKEND, ready to run learners; EmbeddedError saying why not."""
     if settings.backend != "kubernetes":
         return make_backend(settings)
-    problems = kubernetes_store_problems(settings)
+    problems = kubernetes_store_problems(settings) + kubernetes_network_problems(settings)
     if problems:
         raise EmbeddedError(
-            "DLAAS_BACKEND=kubernetes runs learners in pods, which cannot reach this "
-            "machine's files: " + "; ".join(problems)
+            "DLAAS_BACKEND=kubernetes runs learners in pods, which reach the platform's "
+            "stores only over the network: " + "; ".join(problems)
         )
     from kubernetes.config import ConfigException
 

@@ -10,9 +10,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.domain import egress
 from service.domain.names import is_dns_subdomain, is_label_key
 
 
@@ -191,6 +192,36 @@ class Settings(BaseSettings):
         "its training's learners have not all started; past that the whole gang is released "
         "and the training queued again, once, then failed.",
     )
+    # -- Kubernetes backend: each training's NetworkPolicy (service/domain/egress.py).
+    k8s_network_policy: bool = Field(
+        default=True,
+        description="Kubernetes backend: create a NetworkPolicy with each training: its "
+        "pods reach only each other, the cluster's DNS and the egress below.",
+    )
+    k8s_egress_cidrs: str = Field(
+        default="",
+        description="Kubernetes backend: comma-separated CIDRs learners' pods may connect "
+        "to (the store's and the log store's addresses outside the cluster); the metadata "
+        "address and DLAAS_K8S_EGRESS_DENIED_CIDRS are excepted from each.",
+    )
+    k8s_egress_pods: str = Field(
+        default="",
+        description="Kubernetes backend: ';'-separated [NAMESPACE:]KEY=VALUE[,KEY=VALUE] "
+        "label selectors of pods learners' pods may connect to (a store or Redis in the "
+        "cluster); without NAMESPACE: in DLAAS_K8S_NAMESPACE.",
+    )
+    k8s_egress_ports: str = Field(
+        default="",
+        description="Kubernetes backend: comma-separated TCP ports of that egress; empty: "
+        "any port.",
+    )
+    k8s_egress_denied_cidrs: str = Field(
+        default="",
+        description="Kubernetes backend: comma-separated CIDRs never reachable from "
+        "learners' pods, excepted from every egress CIDR that contains them (the cluster's "
+        "pod and Service ranges, where the platform's own Services are); the metadata "
+        "address 169.254.169.254 always is.",
+    )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )
@@ -359,6 +390,45 @@ class Settings(BaseSettings):
             if name and not is_dns_subdomain(name):
                 raise ValueError(f"'{name}' is not a Secret name")
         return value
+
+    @field_validator("k8s_egress_cidrs")
+    @classmethod
+    def _cidrs(cls, value: str) -> str:
+        egress.parse_cidrs(value)
+        return value
+
+    @field_validator("k8s_egress_denied_cidrs")
+    @classmethod
+    def _denied_cidrs(cls, value: str) -> str:
+        egress.parse_cidrs(value, "denied range")
+        return value
+
+    @field_validator("k8s_egress_pods")
+    @classmethod
+    def _pod_peers(cls, value: str) -> str:
+        egress.parse_pod_peers(value)
+        return value
+
+    @field_validator("k8s_egress_ports")
+    @classmethod
+    def _ports(cls, value: str) -> str:
+        egress.parse_ports(value)
+        return value
+
+    @model_validator(mode="after")
+    def _egress_outside_denied(self) -> Settings:
+        _ = self.k8s_egress_rules  # an egress CIDR inside a denied range is refused
+        return self
+
+    @property
+    def k8s_egress_rules(self) -> egress.EgressRules:
+        """DLAAS_K8S_EGRESS_*: what each training's NetworkPolicy lets its pods reach."""
+        return egress.EgressRules(
+            cidrs=egress.parse_cidrs(self.k8s_egress_cidrs),
+            pods=egress.parse_pod_peers(self.k8s_egress_pods),
+            ports=egress.parse_ports(self.k8s_egress_ports),
+            denied=egress.parse_cidrs(self.k8s_egress_denied_cidrs, "denied range"),
+        )
 
     @cached_property
     def home_dir(self) -> Path:

@@ -20,6 +20,10 @@ through the extension points kmock documents (inherit, override the serving meth
   background propagation; `propagationPolicy: Orphan` leaves them), and DELETE on a
   collection (`delete_collection_namespaced_*`, by labelSelector) works.
 
+- NetworkPolicies (networking.k8s.io/v1, which kmock stores as any resource) are
+  validated on create against Kubernetes 1.30's schema, strictly (kubernetes-validate):
+  an invalid one is refused with the API server's 422 Invalid, and not stored.
+
 - a pod on a node (`spec.nodeName` set) is deleted gracefully: `deletionTimestamp` first,
   its status still patchable, gone when the kubelet (the test) deletes it with
   `grace_period_seconds=0`.
@@ -55,6 +59,7 @@ from typing import Any, TypeVar
 import aiohttp.web
 import attrs
 import kmock
+import kubernetes_validate
 import yaml
 from kmock._internal import rendering  # the Request type the serving methods receive
 
@@ -169,6 +174,9 @@ class Apiserver(kmock.KubernetesEmulator):
             return await super()._handle(request)
         if _is_pods(request.resource) and request.subresource == "log":
             return self._serve_pod_log(request)
+        refusal = _invalid_network_policy(request)
+        if refusal is not None:
+            return refusal
         if request.method == kmock.method.DELETE and request.name is None:
             async with self._mutating:
                 return await self._delete_collection(request)
@@ -446,6 +454,37 @@ def _as_watch(request: rendering.Request) -> rendering.Request:
 
 def _is_pods(resource: kmock.resource | None) -> bool:
     return resource is not None and resource.group == "" and resource.plural == "pods"
+
+
+# The version whose schemas the emulator validates the objects it checks against.
+VALIDATED_VERSION = "1.30.0"
+
+
+def _invalid_network_policy(request: rendering.Request) -> aiohttp.web.Response | None:
+    """The API server's 422 for a NetworkPolicy create that its schema refuses."""
+    resource = request.resource
+    if (
+        resource is None
+        or resource.group != "networking.k8s.io"
+        or resource.plural != "networkpolicies"
+        or request.action != kmock.action.CREATE
+    ):
+        return None
+    try:
+        kubernetes_validate.validate(request.data, VALIDATED_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        path = ".".join(str(p) for p in e.path)
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f"NetworkPolicy is invalid: {path}: {e.message}",
+            "reason": "Invalid",
+            "code": 422,
+        }
+        return aiohttp.web.json_response(status, status=422)
+    return None
 
 
 def _grace_period(request: rendering.Request, pod: Mapping[str, Any]) -> int:

@@ -52,14 +52,19 @@ K8S_SETTINGS = {
 # What the Kubernetes backend does in its namespace, and nothing more: learner pods
 # (created, watched, their log read as a fallback, deleted), a training's headless Service,
 # its per-training Secret (credentials, the MPI key pair: created and deleted, never read or
-# listed, so not the platform's either). Kept here, not read from the chart, so that a
-# change to the Role has to change this list too; tests/k8s/test_backend.py checks it is
-# exactly what the backend's requests need.
+# listed, so not the platform's either) and its NetworkPolicy. Kept here, not read from the
+# chart, so that a change to the Role has to change this list too; tests/k8s/test_backend.py
+# checks it is exactly what the backend's requests need.
 EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["create", "list", "delete"],
+    },
 ]
 BACKEND_SERVICE_ACCOUNT = f"{FULLNAME}-backend"
 # Each service account's rules in the release's namespace: the platform's components (API,

@@ -78,6 +78,8 @@ def store_settings(s3: S3Server) -> dict[str, str]:
         "DLAAS_LOG_STORE_URL": LOG_STORE,
         # The learners' store credentials are assumed from a role (moto's STS).
         "DLAAS_STORE_ROLE_ARN": "arn:aws:iam::123456789012:role/dlaas-learners",
+        # Each training's NetworkPolicy lets its pods reach the stores on this machine.
+        "DLAAS_K8S_EGRESS_CIDRS": "127.0.0.0/8",
     }
 
 

@@ -41,7 +41,12 @@ def test_stores_the_pods_cannot_reach_are_named(
 
 # -- the learners' store credentials: a role to assume, or the operator's explicit consent --
 
-REACHABLE = {**S3, "log_store_url": "redis://10.0.0.5:6379/0"}
+REACHABLE = {
+    **S3,
+    "log_store_url": "redis://10.0.0.5:6379/0",
+    # Each training's NetworkPolicy lets its pods reach the stores.
+    "k8s_egress_cidrs": "10.0.0.0/24",
+}
 
 
 def test_without_a_role_the_kubernetes_backend_refuses_to_start(

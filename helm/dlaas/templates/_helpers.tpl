@@ -109,6 +109,7 @@ ones from the Secret. */}}
   value: {{ .Values.learners.gang.schedulerName | quote }}
 - name: DLAAS_K8S_UNSCHEDULABLE_SECONDS
   value: {{ .Values.learners.gang.unschedulableSeconds | quote }}
+{{- include "dlaas.networkPolicyEnv" . }}
 - name: DLAAS_S3_ENDPOINT
   value: {{ include "dlaas.s3Endpoint" . | quote }}
 - name: DLAAS_S3_BUCKET
@@ -197,4 +198,52 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/* Each training's NetworkPolicy (DLAAS_K8S_NETWORK_POLICY, DLAAS_K8S_EGRESS_*): the
+bundled Redis and MinIO are the learners' log store and store, so they are egress too. */}}
+{{- define "dlaas.networkPolicyEnv" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $pods := list }}
+{{- $ports := list }}
+{{- if .Values.redis.bundled }}
+{{- $pods = append $pods (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=redis" .Release.Name) }}
+{{- $ports = append $ports 6379 }}
+{{- end }}
+{{- if .Values.s3.bundled }}
+{{- $pods = append $pods (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=minio" .Release.Name) }}
+{{- $ports = append $ports 9000 }}
+{{- end }}
+- name: DLAAS_K8S_NETWORK_POLICY
+  value: {{ $np.enabled | quote }}
+{{- if $np.enabled }}
+- name: DLAAS_K8S_EGRESS_CIDRS
+  value: {{ join "," $np.egressCIDRs | quote }}
+- name: DLAAS_K8S_EGRESS_PODS
+  value: {{ join ";" (concat $pods $np.egressPods) | quote }}
+- name: DLAAS_K8S_EGRESS_PORTS
+  value: {{ ternary "" (join "," (concat $np.egressPorts $ports)) (empty $np.egressPorts) | quote }}
+- name: DLAAS_K8S_EGRESS_DENIED_CIDRS
+  value: {{ join "," $np.deniedCIDRs | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The pods of the platform's own components (all but learners) of this release. */}}
+{{- define "dlaas.platformPeers" -}}
+- podSelector:
+    matchLabels:
+      app.kubernetes.io/name: {{ include "dlaas.name" . }}
+      app.kubernetes.io/instance: {{ .Release.Name }}
+    matchExpressions:
+      - key: app.kubernetes.io/component
+        operator: In
+        values: [api, worker, monitor, scoring, migrations]
+{{- end }}
+
+{{/* The learners' pods: every pod the Kubernetes backend creates carries this label. */}}
+{{- define "dlaas.learnerPeers" -}}
+- podSelector:
+    matchExpressions:
+      - key: dlaas.io/training-id
+        operator: Exists
 {{- end }}

@@ -6,7 +6,8 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   it in ownerReferences, so deleting it has the cluster delete them all), then the Secret
   with the learners' specs (and an MPI key pair), then one pod per learner, the primary
   learners' first (a parameter server is none: a half-made start still names a primary,
-  as an Observation must). An object that
+  as an Observation must). The training's NetworkPolicy (network.py) is created right
+  after the Service, before the Secret and any pod. An object that
   already exists (409) was created by an earlier call: a second start creates nothing.
   A start that fails deletes what it created, then raises. Objects of an older attempt
   still there (kept for debugging) are deleted first.
@@ -15,8 +16,9 @@ watch, delete; nothing else), and observed from one watch (pod_watch) instead of
   attempt and the primaries from the pods' labels.
 - stop: the training's pods that still run deleted with the grace period, waiting
   (bounded) until the watch has seen them go; those that ended run nothing and stay.
-- cleanup: the Secret, the pods and the Service deleted one by one (the garbage collector
-  would cascade from the Service, in its own time: a restarted start must not find them).
+- cleanup: the Secret, the pods, the NetworkPolicy and the Service deleted one by one (the
+  garbage collector would cascade from the Service, in its own time: a restarted start
+  must not find them).
   With DLAAS_K8S_POD_TTL_SECONDS the pods of ended learners and their Service are kept
   that long after the last one ended (the Secret, with the credentials, never); the
   monitor's FINALIZE of held trainings deletes them once it has passed.
@@ -55,6 +57,7 @@ from kubernetes.client.rest import ApiException
 
 from service import runtimes
 from service.domain.catalog import ComputeSpec
+from service.domain.egress import EgressRules
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
 from service.logs.base import LogRecord
@@ -67,6 +70,7 @@ from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import credentials, layout, pod_logs, pod_states
 from worker.backends.kubernetes.gang import GangConfig, gang_pod, pod_group
+from worker.backends.kubernetes.network import training_network_policy
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
     LEARNER_LABEL,
@@ -173,6 +177,7 @@ class KubernetesBackend:
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
         log_users: RedisLogUsers | None = None,
+        egress: EgressRules | None = EgressRules(),
         clock: Callable[[], float] = time.time,
         gang: GangConfig | None = None,
     ) -> None:
@@ -180,6 +185,10 @@ class KubernetesBackend:
         self.core = client.CoreV1Api(api)
         self.gang = gang or GangConfig()
         self.pod_groups = PodGroups(api, cluster.namespace)
+        self.networking = client.NetworkingV1Api(api)
+        # Each training's NetworkPolicy allows its pods this egress (network.py); None:
+        # no policy is created (DLAAS_K8S_NETWORK_POLICY=false).
+        self.egress = egress
         self.cluster = cluster
         self.namespace = cluster.namespace
         self.stop_grace_seconds = stop_grace_seconds
@@ -229,6 +238,7 @@ class KubernetesBackend:
             store_session_max_seconds=settings.store_session_max_seconds,
             gang=GangConfig.from_settings(settings),
             log_users=RedisLogUsers(url) if url else None,
+            egress=_egress_rules(settings),
         )
 
     def close(self) -> None:
@@ -291,6 +301,9 @@ class KubernetesBackend:
             )
             owner = self._create_service(inp, created)
             inp = dataclasses.replace(inp, owner=owner)
+            if self.egress is not None:  # before any pod: none runs unisolated
+                policy = training_network_policy(inp, self.cluster, self.egress)
+                self._create("networkpolicies", policy, created)
             secret = self._create("secrets", training_secret(inp, self.cluster), created)
             self.log_credentials.settle(
                 spec.training_id, log_password, new_secret=secret is not None
@@ -426,6 +439,7 @@ class KubernetesBackend:
         create = {
             "secrets": self.core.create_namespaced_secret,
             "pods": self.core.create_namespaced_pod,
+            "networkpolicies": self.networking.create_namespaced_network_policy,
         }[kind]
         try:
             response = create(self.namespace, body, _preload_content=False)
@@ -520,6 +534,9 @@ class KubernetesBackend:
         # By name: the backend may not list or read Secrets (the chart's Role), so that it
         # never reads the platform's.
         self._delete("secrets", secret_name(learner_name_prefix(training_id)), grace=0)
+        if self.egress is not None:
+            for policy in self._list("networkpolicies", selector):
+                self._delete("networkpolicies", policy["metadata"]["name"], grace=0)
         if self.gang.kind == "coscheduling":
             for name in self.pod_groups.names(selector):
                 self.pod_groups.delete(name)
@@ -624,6 +641,7 @@ class KubernetesBackend:
         lister = {
             "pods": self.core.list_namespaced_pod,
             "services": self.core.list_namespaced_service,
+            "networkpolicies": self.networking.list_namespaced_network_policy,
         }[kind]
         response = lister(self.namespace, label_selector=selector, _preload_content=False)
         items = json.loads(response.data).get("items") or []
@@ -638,6 +656,7 @@ class KubernetesBackend:
             "pods": self.core.delete_namespaced_pod,
             "secrets": self.core.delete_namespaced_secret,
             "services": self.core.delete_namespaced_service,
+            "networkpolicies": self.networking.delete_namespaced_network_policy,
         }[kind]
         try:
             delete(name, self.namespace, grace_period_seconds=grace, _preload_content=False)
@@ -653,6 +672,14 @@ def _platform_log_store(settings: Settings) -> LogStore:
     if url:
         return open_log_store("redis", url=url)
     return open_log_store("file", dir=str(settings.home_dir / "logs"))
+
+
+def _egress_rules(settings: Settings) -> EgressRules | None:
+    """What each training's NetworkPolicy lets its pods reach (DLAAS_K8S_EGRESS_*), or
+    None without DLAAS_K8S_NETWORK_POLICY."""
+    if not settings.k8s_network_policy:
+        return None
+    return settings.k8s_egress_rules
 
 
 def _training_id(service: dict[str, Any]) -> str:

@@ -160,6 +160,11 @@ def _metadata(name: str, inp: TrainingObjectsInput, cluster: ClusterConfig) -> d
     }
 
 
+def object_metadata(name: str, inp: TrainingObjectsInput, cluster: ClusterConfig) -> dict[str, Any]:
+    """The metadata of an object of the training: its labels, owned by `inp.owner`."""
+    return _metadata(name, inp, cluster)
+
+
 def _check(inp: TrainingObjectsInput) -> None:
     ids = [lp.learner_id for lp in inp.plan.learners]
     if sorted(inp.learner_specs) != sorted(ids):
@@ -252,7 +257,14 @@ def _resources(compute: ComputeSpec, cluster: ClusterConfig) -> dict[str, Any]:
 
 
 def _container_security() -> dict[str, Any]:
+    """Every container's own: the pod's user and seccomp profile repeated (a container
+    cannot be given root back by a later pod-level change), no privilege escalation, no
+    capability, nothing writable but its volumes (the training's directories, io, /tmp)."""
     return {
+        "runAsNonRoot": True,
+        "runAsUser": layout.RUN_AS_USER,
+        "runAsGroup": layout.RUN_AS_GROUP,
+        "seccompProfile": {"type": "RuntimeDefault"},
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
