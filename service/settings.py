@@ -162,6 +162,17 @@ class Settings(BaseSettings):
         description="Kubernetes backend: learners admitted at once; pods beyond what the "
         "nodes hold wait in the scheduler (PENDING, with its message).",
     )
+    k8s_gang: Literal["none", "kueue", "coscheduling"] = Field(
+        default="none",
+        description="Kubernetes backend: the gang scheduler the cluster runs; none: the "
+        "platform admits a training only when all of its learners fit the nodes now.",
+    )
+    k8s_capacity_sync_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Kubernetes backend: seconds admission waits for the first list of the "
+        "cluster's nodes; nodes that cannot be read leave admission to DLAAS_K8S_SLOTS.",
+    )
     local_slots: int = Field(
         default=8, gt=0, description="Learners the local backend runs at once (gang admission)."
     )

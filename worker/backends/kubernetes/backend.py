@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -49,6 +49,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from service import runtimes
+from service.domain.admission import Candidate
 from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
@@ -59,6 +60,8 @@ from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import layout, pod_logs, pod_states
+from worker.backends.kubernetes.capacity import ClusterFit
+from worker.backends.kubernetes.fitting import CapacityView
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
     LEARNER_LABEL,
@@ -161,6 +164,8 @@ class KubernetesBackend:
         store_role_arn: str | None = None,
         store_session_max_seconds: int = scoped.MAX_SESSION_SECONDS,
         clock: Callable[[], float] = time.time,
+        gang: str = "none",
+        capacity_sync_seconds: float = 5.0,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -189,6 +194,11 @@ class KubernetesBackend:
         self.store_role_arn = store_role_arn or None
         self.store_session_max_seconds = store_session_max_seconds
         self._told_unscoped = False
+        # Admission from the cluster's capacity (fitting), unless a gang scheduler admits.
+        self.gang = gang
+        self.capacity = CapacityView(
+            self.core, self.watch, cluster.gpu_resource, capacity_sync_seconds
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -204,10 +214,13 @@ class KubernetesBackend:
             log_store=_platform_log_store(settings),
             store_role_arn=settings.store_role_arn,
             store_session_max_seconds=settings.store_session_max_seconds,
+            gang=settings.k8s_gang,
+            capacity_sync_seconds=settings.k8s_capacity_sync_seconds,
         )
 
     def close(self) -> None:
         self.watch.close()
+        self.capacity.close()
 
     # -- what the platform asks of any backend -------------------------------------------
 
@@ -218,6 +231,15 @@ class KubernetesBackend:
         """Learners admitted at once: pods beyond what the nodes hold queue in the
         scheduler (PENDING, with its message)."""
         return self._slots
+
+    def fit(
+        self, active: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+    ) -> ClusterFit | None:
+        """What fits the nodes now (fitting.CapacityView); None (the slots decide) where a
+        gang scheduler admits (DLAAS_K8S_GANG) or the nodes cannot be read."""
+        if self.gang != "none":
+            return None
+        return self.capacity.fit(active, computes)
 
     @contextlib.contextmanager
     def changes(self, wake: Callable[[], None]) -> Iterator[None]:

@@ -1,0 +1,246 @@
+"""What fits the cluster now (pure): the nodes' allocatable GPUs, CPU and memory, less what
+the pods bound to them request, and a training's learners bin-packed onto the nodes its
+compute configuration selects (node labels) and tolerates (taints), first fit decreasing.
+
+A training fits only whole (gang): all of its learners are placed, or none. Each placement
+is taken from the free amounts, so trainings admitted earlier in the same pass, and
+learners of active trainings not bound to a node yet, count against those after them.
+
+Quantities are numbers here (GPUs, CPU millicores, memory bytes): the cluster's quantity
+strings are parsed where the objects are read (cluster_state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from service.domain.admission import Candidate
+from service.domain.catalog import ComputeSpec, Toleration
+
+# Taint effects that keep a pod off a node the scheduler places it on (PreferNoSchedule
+# only prefers).
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, order=True)
+class Resources:
+    """An amount of GPUs, CPU (millicores) and memory (bytes)."""
+
+    gpus: int = 0
+    cpu_milli: int = 0
+    memory: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus + other.gpus, self.cpu_milli + other.cpu_milli, self.memory + other.memory
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus - other.gpus, self.cpu_milli - other.cpu_milli, self.memory - other.memory
+        )
+
+    def times(self, count: int) -> Resources:
+        return Resources(self.gpus * count, self.cpu_milli * count, self.memory * count)
+
+    def holds(self, other: Resources) -> int:
+        """How many of `other` this amount holds (a large number where `other` is zero)."""
+        counts = [
+            have // need
+            for have, need in (
+                (self.gpus, other.gpus),
+                (self.cpu_milli, other.cpu_milli),
+                (self.memory, other.memory),
+            )
+            if need > 0
+        ]
+        if any(have < 0 for have in (self.gpus, self.cpu_milli, self.memory)):
+            return 0
+        return max(0, min(counts)) if counts else 1 << 30
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    # spec.unschedulable (cordoned): nothing new is placed on it.
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One learner of a compute configuration: what its pod requests, the node labels it
+    requires and the taints it tolerates."""
+
+    compute: str
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+    @classmethod
+    def of(cls, name: str, compute: ComputeSpec, overhead: Resources = Resources()) -> Shape:
+        """A learner of configuration `compute` (`name`), its pod's other containers
+        requesting `overhead`."""
+        own = Resources(compute.gpus, compute.cpus * 1000, compute.memory_gib << 30)
+        return cls(name, own + overhead, dict(compute.node_selector), compute.tolerations)
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    """Whether one of the tolerations tolerates the taint (Kubernetes' rules)."""
+    for t in tolerations:
+        if t.effect is not None and t.effect != taint.effect:
+            continue
+        if not t.key and t.operator == "Exists":
+            return True
+        if t.key != taint.key:
+            continue
+        if t.operator == "Exists" or t.value == taint.value:
+            return True
+    return False
+
+
+def matches(node: Node, shape: Shape) -> bool:
+    """Whether the scheduler may place a learner of `shape` on `node`: it carries every
+    label the shape selects, tolerates each of its blocking taints, and is not cordoned."""
+    if node.unschedulable:
+        return False
+    if any(node.labels.get(k) != v for k, v in shape.node_selector.items()):
+        return False
+    return all(tolerates(shape.tolerations, t) for t in node.taints if t.effect in BLOCKING_EFFECTS)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """`count` learners of `shape` to place, all or none."""
+
+    key: str
+    shape: Shape
+    count: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What became of one demand: placed now, or not, with how many of its learners fit
+    now on their own and could ever fit the empty matching nodes."""
+
+    placed: bool
+    needed: int
+    fit_now: int
+    fit_ever: int
+
+    @property
+    def never(self) -> bool:
+        return self.needed > self.fit_ever
+
+
+class Packing:
+    """The cluster's free amounts per node, taken from as demands are placed."""
+
+    def __init__(self, nodes: Sequence[Node], used: Mapping[str, Resources]) -> None:
+        # First fit over the nodes in a fixed order (by name): a restarted monitor packs
+        # the same way.
+        self.nodes = sorted(nodes, key=lambda n: n.name)
+        self.free = {n.name: n.allocatable - used.get(n.name, Resources()) for n in self.nodes}
+        self._matching: dict[str, list[Node]] = {}
+        self._ever: dict[str, int] = {}
+
+    def _candidates(self, shape: Shape) -> list[Node]:
+        found = self._matching.get(shape.compute)
+        if found is None:
+            found = self._matching[shape.compute] = [n for n in self.nodes if matches(n, shape)]
+        return found
+
+    def fit_now(self, shape: Shape) -> int:
+        """How many learners of `shape` the free amounts hold now."""
+        return sum(self.free[n.name].holds(shape.requests) for n in self._candidates(shape))
+
+    def fit_ever(self, shape: Shape) -> int:
+        """How many learners of `shape` the matching nodes hold when empty."""
+        ever = self._ever.get(shape.compute)
+        if ever is None:
+            ever = self._ever[shape.compute] = sum(
+                n.allocatable.holds(shape.requests) for n in self._candidates(shape)
+            )
+        return ever
+
+    def place(self, demand: Demand) -> Verdict:
+        """Place the demand's learners first fit (all, taken from the free amounts, or
+        none, nothing taken)."""
+        left = demand.count
+        taken: list[tuple[str, int]] = []
+        for node in self._candidates(demand.shape):
+            if left == 0:
+                break
+            n = min(left, self.free[node.name].holds(demand.shape.requests))
+            if n > 0:
+                taken.append((node.name, n))
+                left -= n
+        if left == 0:
+            for name, n in taken:
+                self.free[name] = self.free[name] - demand.shape.requests.times(n)
+            return Verdict(True, demand.count, demand.count, self.fit_ever(demand.shape))
+        return Verdict(False, demand.count, demand.count - left, self.fit_ever(demand.shape))
+
+    def reserve(self, demands: Iterable[Demand]) -> None:
+        """Take what these demands need (learners admitted but not bound to a node yet),
+        the largest learners first (first fit decreasing), each learner on its own: one
+        that does not fit now takes nothing (the scheduler holds it, Unschedulable)."""
+        learners = sorted(
+            (d.shape for d in demands for _ in range(d.count)),
+            key=lambda s: s.requests,
+            reverse=True,
+        )
+        for shape in learners:
+            for node in self._candidates(shape):
+                if self.free[node.name].holds(shape.requests) > 0:
+                    self.free[node.name] = self.free[node.name] - shape.requests
+                    break
+
+
+def waiting_message(compute: str, verdict: Verdict) -> str:
+    """The status_message of a training that waits for room: what it needs, what fits now."""
+    return f"needs {verdict.needed} × {compute} learners; {verdict.fit_now} fit now"  # noqa: RUF001
+
+
+def never_message(compute: str, verdict: Verdict) -> str:
+    """Why a training can never start on this cluster."""
+    return (
+        f"capacity: {verdict.needed} learners of compute configuration {compute} can never "
+        f"fit this cluster: its nodes that match {compute} hold {verdict.fit_ever} at most"
+    )
+
+
+class ClusterFit:
+    """Admission's view of the cluster for one pass (service.domain.admission.Fit): each
+    training admitted takes its learners' place from `packing`."""
+
+    def __init__(self, packing: Packing, shapes: Mapping[str, Shape]) -> None:
+        self.packing = packing
+        self.shapes = shapes
+
+    def take(self, candidate: Candidate) -> str | None:
+        shape = self.shapes.get(candidate.compute)
+        if shape is None:  # a configuration no longer offered: the launch says so
+            return None
+        verdict = self.packing.place(Demand(candidate.training_id, shape, candidate.nodes))
+        return None if verdict.placed else waiting_message(candidate.compute, verdict)
+
+    def never(self, candidate: Candidate) -> str | None:
+        """Why the training can never fit this cluster, or None."""
+        shape = self.shapes.get(candidate.compute)
+        if shape is None:
+            return None
+        ever = self.packing.fit_ever(shape)
+        if candidate.nodes <= ever:
+            return None
+        return never_message(candidate.compute, Verdict(False, candidate.nodes, 0, ever))
