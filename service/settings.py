@@ -159,8 +159,8 @@ class Settings(BaseSettings):
     k8s_slots: int = Field(
         default=1000,
         gt=0,
-        description="Kubernetes backend: learners admitted at once; pods beyond what the "
-        "nodes hold wait in the scheduler (PENDING, with its message).",
+        description="Kubernetes backend: learners admitted at once where admission does not "
+        "read the nodes (DLAAS_K8S_GANG set, or the nodes cannot be listed).",
     )
     k8s_gang: Literal["none", "kueue", "coscheduling"] = Field(
         default="none",

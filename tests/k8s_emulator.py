@@ -225,19 +225,23 @@ class Apiserver(kmock.KubernetesEmulator):
                 for key, obj in self.objects.items()
                 if _is_pods(key[0]) and not obj.deleted
             ]
-        if not nodes:
+        waiting = [
+            (key, pod)
+            for key, pod in pods
+            if not (pod.get("spec") or {}).get("nodeName")
+            and not pod.get("metadata", {}).get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        if not nodes or not waiting:
             return
         free = {n["metadata"]["name"]: self._allocatable(n) for n in nodes}
-        waiting = []
-        for key, pod in pods:
+        for _key, pod in pods:
             bound = (pod.get("spec") or {}).get("nodeName")
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            if bound:
-                if bound in free:
-                    free[bound] = _less(free[bound], self._requests_of(pod))
-            elif not pod.get("metadata", {}).get("deletionTimestamp"):
-                waiting.append((key, pod))
+            if bound in free and (pod.get("status") or {}).get("phase") not in (
+                "Succeeded",
+                "Failed",
+            ):
+                free[bound] = _less(free[bound], self._requests_of(pod))
         for key, pod in waiting:
             wants = self._requests_of(pod)
             chosen = next(

@@ -44,7 +44,7 @@ def admit_queued(
     slots = backend.slots()
     fit: CapacityFit | None = None
     if isinstance(backend, FitsCapacity):
-        fit = backend.fit(repository.active_candidates(session), computes or {})
+        fit = backend.fit(repository.starting_candidates(session), computes or {})
     never_fit: dict[str, str] = {}
     if fit is not None:
         for c in queued:

@@ -267,11 +267,13 @@ def queued_candidates(session: Session) -> list[Candidate]:
     return [Candidate(*row) for row in session.execute(stmt)]
 
 
-def active_candidates(session: Session) -> list[Candidate]:
-    """The active trainings as admission weighs them (id, tenant, learners, compute
-    configuration): what a backend that packs learners onto its nodes counts as taken."""
+def starting_candidates(session: Session) -> list[Candidate]:
+    """The trainings admitted whose learners may not all be placed yet (PENDING,
+    DOWNLOADING; a RUNNING one's learners run), as admission weighs them: what a backend
+    that packs learners onto its nodes counts as taken besides what it sees placed."""
+    starting = (TrainingState.PENDING, TrainingState.DOWNLOADING)
     stmt = select(Training.id, Training.tenant_id, Training.nodes, Training.compute_name).where(
-        Training.status.in_(ACTIVE_STATES)
+        Training.status.in_(starting)
     )
     return [Candidate(*row) for row in session.execute(stmt)]
 

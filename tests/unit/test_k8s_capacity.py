@@ -137,7 +137,7 @@ def test_unbound_learners_of_active_trainings_are_reserved_largest_first() -> No
     1-GPU ones in what is left; nothing is free after."""
     packing = Packing([gpu_node("a", 3), gpu_node("b", 3)], {})
     packing.reserve([Demand("small", shape("P100"), 2), Demand("large", shape("P100x2"), 2)])
-    assert packing.free["a"].gpus == 0 and packing.free["b"].gpus == 0
+    assert packing.free_on("a").gpus == 0 and packing.free_on("b").gpus == 0
     assert packing.fit_now(shape("P100")) == 0
 
 

@@ -98,10 +98,11 @@ class FitsCapacity(Protocol):
     this admits by its slots()."""
 
     def fit(
-        self, active: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+        self, starting: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
     ) -> CapacityFit | None:
-        """What fits now, given the `active` trainings (admitted, started or not) and the
-        compute configurations offered; None: the slots decide this pass."""
+        """What fits now, given the `starting` trainings (admitted, their learners perhaps
+        not placed yet: PENDING, DOWNLOADING) and the compute configurations offered;
+        None: the slots decide this pass."""
         ...
 
 

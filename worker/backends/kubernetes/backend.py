@@ -228,18 +228,18 @@ class KubernetesBackend:
         return None  # the user's command runs in its own pod, without credentials
 
     def slots(self) -> int:
-        """Learners admitted at once: pods beyond what the nodes hold queue in the
-        scheduler (PENDING, with its message)."""
+        """Learners admitted at once where fit() does not decide (a gang scheduler
+        admits, or the nodes cannot be read)."""
         return self._slots
 
     def fit(
-        self, active: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+        self, starting: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
     ) -> ClusterFit | None:
         """What fits the nodes now (fitting.CapacityView); None (the slots decide) where a
         gang scheduler admits (DLAAS_K8S_GANG) or the nodes cannot be read."""
         if self.gang != "none":
             return None
-        return self.capacity.fit(active, computes)
+        return self.capacity.fit(starting, computes)
 
     @contextlib.contextmanager
     def changes(self, wake: Callable[[], None]) -> Iterator[None]:

@@ -46,18 +46,17 @@ class Resources:
 
     def holds(self, other: Resources) -> int:
         """How many of `other` this amount holds (a large number where `other` is zero)."""
-        counts = [
-            have // need
-            for have, need in (
-                (self.gpus, other.gpus),
-                (self.cpu_milli, other.cpu_milli),
-                (self.memory, other.memory),
-            )
-            if need > 0
-        ]
-        if any(have < 0 for have in (self.gpus, self.cpu_milli, self.memory)):
+        if self.gpus < 0 or self.cpu_milli < 0 or self.memory < 0:
             return 0
-        return max(0, min(counts)) if counts else 1 << 30
+        n = 1 << 30
+        # Most often the GPUs bind first (a full GPU node holds none, told at once).
+        if other.gpus > 0 and (n := self.gpus // other.gpus) == 0:
+            return 0
+        if other.cpu_milli > 0:
+            n = min(n, self.cpu_milli // other.cpu_milli)
+        if other.memory > 0:
+            n = min(n, self.memory // other.memory)
+        return n
 
 
 @dataclass(frozen=True)
@@ -143,53 +142,89 @@ class Verdict:
         return self.needed > self.fit_ever
 
 
-class Packing:
-    """The cluster's free amounts per node, taken from as demands are placed."""
+class NodeIndex:
+    """The nodes in first-fit order (by name: a restarted monitor packs the same way), and
+    what follows from them alone for each learner shape, computed once: the nodes that
+    match it and how many of it they hold when empty. Kept while the nodes do not change."""
 
-    def __init__(self, nodes: Sequence[Node], used: Mapping[str, Resources]) -> None:
-        # First fit over the nodes in a fixed order (by name): a restarted monitor packs
-        # the same way.
+    def __init__(self, nodes: Iterable[Node]) -> None:
         self.nodes = sorted(nodes, key=lambda n: n.name)
-        self.free = {n.name: n.allocatable - used.get(n.name, Resources()) for n in self.nodes}
+        self.allocatable = {n.name: n.allocatable for n in self.nodes}
         self._matching: dict[str, list[Node]] = {}
         self._ever: dict[str, int] = {}
 
-    def _candidates(self, shape: Shape) -> list[Node]:
+    def matching(self, shape: Shape) -> list[Node]:
         found = self._matching.get(shape.compute)
         if found is None:
             found = self._matching[shape.compute] = [n for n in self.nodes if matches(n, shape)]
         return found
-
-    def fit_now(self, shape: Shape) -> int:
-        """How many learners of `shape` the free amounts hold now."""
-        return sum(self.free[n.name].holds(shape.requests) for n in self._candidates(shape))
 
     def fit_ever(self, shape: Shape) -> int:
         """How many learners of `shape` the matching nodes hold when empty."""
         ever = self._ever.get(shape.compute)
         if ever is None:
             ever = self._ever[shape.compute] = sum(
-                n.allocatable.holds(shape.requests) for n in self._candidates(shape)
+                n.allocatable.holds(shape.requests) for n in self.matching(shape)
             )
         return ever
+
+
+class Packing:
+    """The cluster's free amounts per node for one pass, taken from as demands are placed:
+    the nodes' allocatable less `used` (what bound pods request), less what this pass took."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node] | NodeIndex,
+        used: Mapping[str, Resources],
+        free: Mapping[str, Resources] | None = None,
+    ) -> None:
+        """`free`: the allocatable less `used` per node, where the caller keeps it."""
+        self.index = nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)
+        self.used = used
+        self.base = free
+        self._taken: dict[str, Resources] = {}
+
+    def free_on(self, name: str) -> Resources:
+        taken = self._taken.get(name)
+        if taken is not None:
+            return taken
+        if self.base is not None:
+            return self.base[name]
+        used = self.used.get(name)
+        allocatable = self.index.allocatable[name]
+        return allocatable if used is None else allocatable - used
+
+    def _take(self, name: str, amount: Resources) -> None:
+        self._taken[name] = self.free_on(name) - amount
+
+    def fit_now(self, shape: Shape) -> int:
+        """How many learners of `shape` the free amounts hold now."""
+        return sum(self.free_on(n.name).holds(shape.requests) for n in self.index.matching(shape))
+
+    def fit_ever(self, shape: Shape) -> int:
+        return self.index.fit_ever(shape)
 
     def place(self, demand: Demand) -> Verdict:
         """Place the demand's learners first fit (all, taken from the free amounts, or
         none, nothing taken)."""
         left = demand.count
         taken: list[tuple[str, int]] = []
-        for node in self._candidates(demand.shape):
-            if left == 0:
-                break
-            n = min(left, self.free[node.name].holds(demand.shape.requests))
+        requests = demand.shape.requests
+        for node in self.index.matching(demand.shape):
+            n = min(left, self.free_on(node.name).holds(requests))
             if n > 0:
                 taken.append((node.name, n))
                 left -= n
+                if left == 0:
+                    break
+        ever = self.fit_ever(demand.shape)
         if left == 0:
             for name, n in taken:
-                self.free[name] = self.free[name] - demand.shape.requests.times(n)
-            return Verdict(True, demand.count, demand.count, self.fit_ever(demand.shape))
-        return Verdict(False, demand.count, demand.count - left, self.fit_ever(demand.shape))
+                self._take(name, requests.times(n))
+            return Verdict(True, demand.count, demand.count, ever)
+        # Every matching node was tried: what was found is what fits now.
+        return Verdict(False, demand.count, demand.count - left, ever)
 
     def reserve(self, demands: Iterable[Demand]) -> None:
         """Take what these demands need (learners admitted but not bound to a node yet),
@@ -201,9 +236,9 @@ class Packing:
             reverse=True,
         )
         for shape in learners:
-            for node in self._candidates(shape):
-                if self.free[node.name].holds(shape.requests) > 0:
-                    self.free[node.name] = self.free[node.name] - shape.requests
+            for node in self.index.matching(shape):
+                if self.free_on(node.name).holds(shape.requests) > 0:
+                    self._take(node.name, shape.requests)
                     break
 
 

@@ -123,6 +123,8 @@ class NodeWatch:
         self._watcher: watch.Watch | None = None
         # Counted for the benchmarks and tests: lists made.
         self.lists = 0
+        # Raised by every change: what readers keep derived data by.
+        self._version = 0
 
     def ensure_started(self, timeout: float) -> bool:
         """Start the watch (once); whether its first list is in the cache within `timeout`."""
@@ -134,8 +136,16 @@ class NodeWatch:
 
     def nodes(self) -> list[Node]:
         """The Ready nodes."""
+        return self.snapshot()[1]
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def snapshot(self) -> tuple[int, list[Node]]:
+        """The version of the cache and its Ready nodes, together."""
         with self._lock:
-            return [n for n in self._nodes.values() if n is not None]
+            return self._version, [n for n in self._nodes.values() if n is not None]
 
     def close(self, timeout: float = 5.0) -> None:
         self._stopping.set()
@@ -180,6 +190,7 @@ class NodeWatch:
         }
         with self._lock:
             self._nodes = nodes
+            self._version += 1
             self._resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "")
         self._synced.set()
 
@@ -211,3 +222,4 @@ class NodeWatch:
                     self._nodes.pop(name, None)
                 elif kind in ("ADDED", "MODIFIED"):
                     self._nodes[name] = node_of(raw, self.gpu_resource)
+                self._version += 1

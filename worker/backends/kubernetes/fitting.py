@@ -19,7 +19,14 @@ from kubernetes import client
 from service.domain.admission import Candidate
 from service.domain.catalog import ComputeSpec
 from service.domain.names import label_value
-from worker.backends.kubernetes.capacity import ClusterFit, Demand, Packing, Resources, Shape
+from worker.backends.kubernetes.capacity import (
+    ClusterFit,
+    Demand,
+    NodeIndex,
+    Packing,
+    Resources,
+    Shape,
+)
 from worker.backends.kubernetes.cluster_state import NodeWatch, pod_usage, resources_of
 from worker.backends.kubernetes.objects import SIDECAR_REQUESTS
 from worker.backends.kubernetes.pod_watch import PodWatch
@@ -30,7 +37,10 @@ _ENDED_PHASES = ("Succeeded", "Failed")
 
 
 class CapacityView:
-    """The nodes and the platform's pods, as admission's Fit for one pass."""
+    """The nodes and the platform's pods, as admission's Fit for one pass. What the
+    bound pods hold per node is kept between passes and updated for the trainings whose
+    pods changed (PodWatch.changed_since); what follows from the nodes alone (their order,
+    which match each configuration, how many each could hold) until the nodes change."""
 
     def __init__(
         self, core: client.CoreV1Api, pods: PodWatch, gpu_resource: str, sync_seconds: float
@@ -40,9 +50,21 @@ class CapacityView:
         self.gpu_resource = gpu_resource
         self.sync_seconds = sync_seconds
         self.overhead = resources_of(SIDECAR_REQUESTS, gpu_resource)
-        # Each pod's usage, parsed once per resourceVersion (by uid).
-        self._usage: dict[str, tuple[str, tuple[str, Resources] | None]] = {}
         self._told: str | None = None
+        self._node_version = -1
+        self._index = NodeIndex(())
+        self._generation = -1
+        # By training label: the (node, requests) of its bound pods that run, and how
+        # many of its pods are placed (bound, or ended).
+        self._held: dict[str, tuple[tuple[tuple[str, Resources], ...], int]] = {}
+        self._used: dict[str, Resources] = {}
+        self._free: dict[str, Resources] = {}
+        # Each pod's usage, parsed once per resourceVersion (by uid), and the uids of each
+        # training label's pods (those of pods gone are dropped).
+        self._usage: dict[str, tuple[str, tuple[str, Resources] | None]] = {}
+        self._uids: dict[str, set[str]] = {}
+        self._shapes: dict[str, Shape] = {}
+        self._computes: Mapping[str, ComputeSpec] | None = None
 
     def close(self) -> None:
         self.nodes.close()
@@ -53,42 +75,78 @@ class CapacityView:
             log.warning("admission counts DLAAS_K8S_SLOTS, not the cluster's nodes: %s", why)
 
     def fit(
-        self, active: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+        self, starting: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
     ) -> ClusterFit | None:
         if not self.nodes.ensure_started(self.sync_seconds):
             self._tell(f"the nodes could not be listed in {self.sync_seconds:.0f} s")
             return None
-        nodes = self.nodes.nodes()
-        if not nodes:
+        if self.nodes.version != self._node_version:
+            self._node_version, nodes = self.nodes.snapshot()
+            self._index = NodeIndex(nodes)
+            self._free = {n.name: self._free_on(n.name) for n in self._index.nodes}
+        if not self._index.nodes:
             self._tell("the cluster reports no Ready node")
             return None
         self._told = None
         self.pods.ensure_started()
-        used: dict[str, Resources] = {}
-        placed: dict[str, int] = {}  # learners on a node (or ended), by training label
-        seen: set[str] = set()
-        for training in self.pods.trainings():
-            for name, pod in self.pods.pods(training).live.items():
-                meta = pod.get("metadata") or {}
-                uid = str(meta.get("uid") or name)
-                version = str(meta.get("resourceVersion") or "")
-                seen.add(uid)
-                cached = self._usage.get(uid)
-                if cached is None or cached[0] != version:
-                    cached = self._usage[uid] = (version, pod_usage(pod, self.gpu_resource))
-                usage = cached[1]
-                if usage is not None:
-                    used[usage[0]] = used.get(usage[0], Resources()) + usage[1]
-                if usage is not None or (pod.get("status") or {}).get("phase") in _ENDED_PHASES:
-                    placed[training] = placed.get(training, 0) + 1
-        for uid in set(self._usage) - seen:
-            del self._usage[uid]
-        shapes = {name: Shape.of(name, spec, self.overhead) for name, spec in computes.items()}
-        packing = Packing(nodes, used)
+        generation, changed = self.pods.changed_since(self._generation)
+        if changed is None:
+            changed = self.pods.trainings() | set(self._held)
+        for training in changed:
+            self._update(training)
+        self._generation = generation
+        if computes is not self._computes:
+            self._computes = computes
+            self._shapes = {n: Shape.of(n, spec, self.overhead) for n, spec in computes.items()}
+        shapes = self._shapes
+        packing = Packing(self._index, self._used, self._free)
         packing.reserve(
             Demand(c.training_id, shapes[c.compute], missing)
-            for c in active
+            for c in starting
             if c.compute in shapes
-            and (missing := c.nodes - placed.get(label_value(c.training_id), 0)) > 0
+            and (missing := c.nodes - self._placed(label_value(c.training_id))) > 0
         )
         return ClusterFit(packing, shapes)
+
+    def _placed(self, training: str) -> int:
+        held = self._held.get(training)
+        return held[1] if held else 0
+
+    def _free_on(self, node: str) -> Resources:
+        allocatable = self._index.allocatable[node]
+        used = self._used.get(node)
+        return allocatable if used is None else allocatable - used
+
+    def _update(self, training: str) -> None:
+        """Read the training's pods again: what they hold replaces what they held."""
+        old, _ = self._held.pop(training, ((), 0))
+        touched = {node for node, _ in old}
+        for node, amount in old:
+            self._used[node] = self._used[node] - amount
+        usages: list[tuple[str, Resources]] = []
+        placed = 0
+        uids: set[str] = set()
+        for name, pod in self.pods.pods(training).live.items():
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or name)
+            uids.add(uid)
+            version = str(meta.get("resourceVersion") or "")
+            cached = self._usage.get(uid)
+            if cached is None or cached[0] != version:
+                cached = self._usage[uid] = (version, pod_usage(pod, self.gpu_resource))
+            usage = cached[1]
+            if usage is not None:
+                usages.append(usage)
+                self._used[usage[0]] = self._used.get(usage[0], Resources()) + usage[1]
+                touched.add(usage[0])
+            if usage is not None or (pod.get("status") or {}).get("phase") in _ENDED_PHASES:
+                placed += 1
+        for uid in self._uids.pop(training, set()) - uids:
+            self._usage.pop(uid, None)
+        if uids:
+            self._uids[training] = uids
+        if usages or placed:
+            self._held[training] = (tuple(usages), placed)
+        for node in touched:
+            if node in self._index.allocatable:
+                self._free[node] = self._free_on(node)
