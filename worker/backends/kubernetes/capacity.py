@@ -12,7 +12,7 @@ strings are parsed where the objects are read (cluster_state).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from service.domain.admission import Candidate
@@ -178,12 +178,27 @@ class Packing:
         nodes: Sequence[Node] | NodeIndex,
         used: Mapping[str, Resources],
         free: Mapping[str, Resources] | None = None,
+        gpu_free: Collection[str] | None = None,
     ) -> None:
-        """`free`: the allocatable less `used` per node, where the caller keeps it."""
+        """`free`: the allocatable less `used` per node, where the caller keeps it;
+        `gpu_free`: the nodes with a GPU free (at least), where the caller keeps them, so
+        that a GPU learner is not weighed against every full node of a large cluster."""
         self.index = nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)
         self.used = used
         self.base = free
+        self.gpu_free = gpu_free
         self._taken: dict[str, Resources] = {}
+        self._candidates: dict[str, list[Node]] = {}
+
+    def _nodes_for(self, shape: Shape) -> list[Node]:
+        """The matching nodes that may hold a learner of `shape`, in first-fit order."""
+        found = self._candidates.get(shape.compute)
+        if found is None:
+            found = self.index.matching(shape)
+            if shape.requests.gpus > 0 and self.gpu_free is not None:
+                found = [n for n in found if n.name in self.gpu_free]
+            self._candidates[shape.compute] = found
+        return found
 
     def free_on(self, name: str) -> Resources:
         taken = self._taken.get(name)
@@ -200,7 +215,7 @@ class Packing:
 
     def fit_now(self, shape: Shape) -> int:
         """How many learners of `shape` the free amounts hold now."""
-        return sum(self.free_on(n.name).holds(shape.requests) for n in self.index.matching(shape))
+        return sum(self.free_on(n.name).holds(shape.requests) for n in self._nodes_for(shape))
 
     def fit_ever(self, shape: Shape) -> int:
         return self.index.fit_ever(shape)
@@ -211,7 +226,7 @@ class Packing:
         left = demand.count
         taken: list[tuple[str, int]] = []
         requests = demand.shape.requests
-        for node in self.index.matching(demand.shape):
+        for node in self._nodes_for(demand.shape):
             n = min(left, self.free_on(node.name).holds(requests))
             if n > 0:
                 taken.append((node.name, n))
@@ -236,7 +251,7 @@ class Packing:
             reverse=True,
         )
         for shape in learners:
-            for node in self.index.matching(shape):
+            for node in self._nodes_for(shape):
                 if self.free_on(node.name).holds(shape.requests) > 0:
                     self._take(node.name, shape.requests)
                     break

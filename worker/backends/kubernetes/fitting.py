@@ -59,6 +59,7 @@ class CapacityView:
         self._held: dict[str, tuple[tuple[tuple[str, Resources], ...], int]] = {}
         self._used: dict[str, Resources] = {}
         self._free: dict[str, Resources] = {}
+        self._gpu_free: set[str] = set()  # the nodes with a GPU free
         # Each pod's usage, parsed once per resourceVersion (by uid), and the uids of each
         # training label's pods (those of pods gone are dropped).
         self._usage: dict[str, tuple[str, tuple[str, Resources] | None]] = {}
@@ -83,7 +84,10 @@ class CapacityView:
         if self.nodes.version != self._node_version:
             self._node_version, nodes = self.nodes.snapshot()
             self._index = NodeIndex(nodes)
-            self._free = {n.name: self._free_on(n.name) for n in self._index.nodes}
+            self._free = {}
+            self._gpu_free = set()
+            for n in self._index.nodes:
+                self._set_free(n.name)
         if not self._index.nodes:
             self._tell("the cluster reports no Ready node")
             return None
@@ -99,7 +103,7 @@ class CapacityView:
             self._computes = computes
             self._shapes = {n: Shape.of(n, spec, self.overhead) for n, spec in computes.items()}
         shapes = self._shapes
-        packing = Packing(self._index, self._used, self._free)
+        packing = Packing(self._index, self._used, self._free, self._gpu_free)
         packing.reserve(
             Demand(c.training_id, shapes[c.compute], missing)
             for c in starting
@@ -112,10 +116,14 @@ class CapacityView:
         held = self._held.get(training)
         return held[1] if held else 0
 
-    def _free_on(self, node: str) -> Resources:
+    def _set_free(self, node: str) -> None:
         allocatable = self._index.allocatable[node]
         used = self._used.get(node)
-        return allocatable if used is None else allocatable - used
+        free = self._free[node] = allocatable if used is None else allocatable - used
+        if free.gpus > 0:
+            self._gpu_free.add(node)
+        else:
+            self._gpu_free.discard(node)
 
     def _update(self, training: str) -> None:
         """Read the training's pods again: what they hold replaces what they held."""
@@ -149,4 +157,4 @@ class CapacityView:
             self._held[training] = (tuple(usages), placed)
         for node in touched:
             if node in self._index.allocatable:
-                self._free[node] = self._free_on(node)
+                self._set_free(node)
