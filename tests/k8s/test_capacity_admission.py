@@ -130,3 +130,20 @@ def test_without_readable_nodes_the_slots_decide(
     _, b = submit_p100(client, "globex", 6)
     Monitor(platform, backend).tick()
     assert outbox.sent == [(LAUNCH, a), (LAUNCH, b)]
+
+
+def test_with_a_gang_scheduler_the_platforms_capacity_check_steps_aside(
+    client: TestClient,
+    platform: Platform,
+    core: client.CoreV1Api,
+    k8s_backend: tuple[Outbox, KubernetesBackend],  # noqa: F811
+) -> None:
+    """DLAAS_K8S_GANG other than none: the cluster's gang scheduler admits (the slots
+    bound what is sent to it), not the platform's packing."""
+    outbox, backend = k8s_backend
+    backend.gang = "kueue"
+    add_p100_nodes(core, 4, gpus=2)
+    _, a = submit_p100(client, "acme", 6)
+    _, b = submit_p100(client, "globex", 6)
+    Monitor(platform, backend).tick()
+    assert outbox.sent == [(LAUNCH, a), (LAUNCH, b)]

@@ -9,10 +9,14 @@ from typing import Any
 
 from kubernetes import client
 
+from service.domain.admission import Candidate
+from service.domain.catalog import DEFAULT_CATALOG
 from tests.k8s.cluster import GPU_TAINT, add_p100_nodes, node_body
 from tests.k8s.conftest import NAMESPACE
 from worker.backends.kubernetes.capacity import Resources
 from worker.backends.kubernetes.cluster_state import NodeWatch
+from worker.backends.kubernetes.fitting import CapacityView
+from worker.backends.kubernetes.pod_watch import PodWatch
 
 P100_SELECTOR = {"nvidia.com/gpu.product": "Tesla-P100-PCIE-16GB"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -95,3 +99,38 @@ def test_the_node_watch_lists_then_follows_the_nodes(core: client.CoreV1Api) -> 
         assert watch.lists == 1  # followed, not listed again
     finally:
         watch.close()
+
+
+def test_what_fits_follows_the_pods_between_passes(core: client.CoreV1Api) -> None:
+    """What bound pods hold is updated for the trainings whose pods changed: a pod that
+    ends or is deleted frees its node for the next pass, one bound takes it."""
+    add_p100_nodes(core, 2, gpus=2)
+    computes = DEFAULT_CATALOG.compute_configurations
+    pods = PodWatch(core, NAMESPACE)
+    view = CapacityView(core, pods, "nvidia.com/gpu", 10)
+
+    def fit_now() -> int:
+        fit = view.fit([], computes)
+        assert fit is not None
+        return fit.packing.fit_now(fit.shapes["P100"])
+
+    def labelled(name: str, training: str) -> dict[str, Any]:
+        body = gpu_pod(name)
+        body["metadata"]["labels"] = {"dlaas.io/training-id": training}
+        return body
+
+    try:
+        assert fit_now() == 4
+        for i in range(3):
+            core.create_namespaced_pod(NAMESPACE, labelled(f"t1-{i}", "t1"))
+        until(lambda: fit_now() == 1)
+        core.patch_namespaced_pod_status("t1-0", NAMESPACE, {"status": {"phase": "Succeeded"}})
+        until(lambda: fit_now() == 2)
+        core.delete_namespaced_pod("t1-1", NAMESPACE, grace_period_seconds=0)
+        until(lambda: fit_now() == 3)
+        # A training admitted whose pods are not there yet counts as taken.
+        fit = view.fit([Candidate("t2", "x", 2, "P100")], computes)
+        assert fit is not None and fit.packing.fit_now(fit.shapes["P100"]) == 1
+    finally:
+        view.close()
+        pods.close()
