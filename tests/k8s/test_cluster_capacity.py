@@ -3,11 +3,14 @@ admission reads them from (worker/backends/kubernetes/cluster_state.py)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from service.domain.admission import Candidate
 from service.domain.catalog import DEFAULT_CATALOG
@@ -134,3 +137,31 @@ def test_what_fits_follows_the_pods_between_passes(core: client.CoreV1Api) -> No
     finally:
         view.close()
         pods.close()
+
+
+class _Forbidden:
+    """A CoreV1Api whose credentials may not list the nodes (no ClusterRole)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def list_node(self, **_: Any) -> Any:
+        self.calls += 1
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_nodes_that_may_not_be_read_leave_admission_to_the_slots_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    core = _Forbidden()
+    watch = NodeWatch(core, "nvidia.com/gpu")  # type: ignore[arg-type]
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert not watch.ensure_started(0.3)
+            assert not watch.ensure_started(0.3)
+        # Tried once, then waits FORBIDDEN_RETRY_SECONDS (not a retry a second).
+        assert core.calls == 1
+        said = [r.getMessage() for r in caplog.records if "may not be listed" in r.getMessage()]
+        assert len(said) == 1 and "DLAAS_K8S_SLOTS" in said[0]
+    finally:
+        watch.close()

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 60
 RETRY_SECONDS = 1.0
+# Seconds between tries when the nodes may not be read (no ClusterRole): said once.
+FORBIDDEN_RETRY_SECONDS = 60.0
 _ENDED_PHASES = ("Succeeded", "Failed")
 
 
@@ -125,6 +127,7 @@ class NodeWatch:
         self.lists = 0
         # Raised by every change: what readers keep derived data by.
         self._version = 0
+        self._forbidden = False
 
     def ensure_started(self, timeout: float) -> bool:
         """Start the watch (once); whether its first list is in the cache within `timeout`."""
@@ -171,6 +174,16 @@ class NodeWatch:
                     return
                 if e.status == 410:
                     self._resource_version = None
+                    continue
+                if e.status in (401, 403):
+                    if not self._forbidden:
+                        self._forbidden = True
+                        log.warning(
+                            "the nodes may not be listed (%s): admission counts "
+                            "DLAAS_K8S_SLOTS; grant get, list, watch on nodes",
+                            e.status,
+                        )
+                    self._stopping.wait(FORBIDDEN_RETRY_SECONDS)
                     continue
                 log.warning("node watch failed (%s); retrying", e.status)
                 self._stopping.wait(RETRY_SECONDS)
