@@ -24,12 +24,11 @@ through the extension points kmock documents (inherit, override the serving meth
   its status still patchable, gone when the kubelet (the test) deletes it with
   `grace_period_seconds=0`.
 
-- with nodes (`create_node`: allocatable resources, labels, taints), a scheduler binds
-  each pod on no node to the first node it fits (its nodeSelector, the node's
-  NoSchedule/NoExecute taints tolerated, its requests within what the node's bound pods
-  leave: `spec.nodeName` and `PodScheduled=True`), after every change to pods or nodes;
-  one that fits no node gets `PodScheduled=False`, reason `Unschedulable`. Without nodes
-  nothing is scheduled (the tests play the kubelet on unbound pods).
+- with nodes (`create_node`: allocatable resources, labels, taints), a scheduler
+  (tests/k8s_scheduler.py) binds each pod on no node to the first node it fits
+  (`spec.nodeName`, `PodScheduled=True`) after every change to pods or nodes, and marks
+  one that fits none `PodScheduled=False`, reason `Unschedulable`. Without nodes nothing
+  is scheduled (the tests play the kubelet on unbound pods).
 
 Any other deletion is immediate (kmock keeps a `deletionTimestamp` only for objects with
 finalizers). Updates are merge patches; PUT (`replace_*`) is not served.
@@ -52,7 +51,6 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,7 +59,8 @@ import attrs
 import kmock
 import yaml
 from kmock._internal import rendering  # the Request type the serving methods receive
-from kubernetes.utils import parse_quantity
+
+from tests.k8s_scheduler import Scheduler
 
 T = TypeVar("T")
 
@@ -159,10 +158,8 @@ class Apiserver(kmock.KubernetesEmulator):
     # What `GET pods/<name>/log?container=<c>` answers (kmock serves no pods/log): the text
     # a test sets as a container's log, by (namespace, pod, container).
     pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
-    # The scheduler's parsed amounts: a pod's requests (by uid; a pod's containers do not
-    # change) and a node's allocatable (by name and resourceVersion).
-    _pod_amounts: dict[str, dict[str, Decimal]] = attrs.field(factory=dict, init=False)
-    _node_amounts: dict[str, tuple[str, dict[str, Decimal]]] = attrs.field(factory=dict, init=False)
+    # Binds pods to nodes (tests/k8s_scheduler.py).
+    scheduler: Scheduler = attrs.field(factory=Scheduler, init=False)
 
     def _next_rv(self) -> str:
         self._current_rv = next(self._counter)
@@ -212,8 +209,7 @@ class Apiserver(kmock.KubernetesEmulator):
             return served
 
     async def _schedule(self) -> None:
-        """The scheduler: bind each pod on no node, oldest first, to the first node (by
-        name) it fits, or mark it Unschedulable. Nothing without nodes."""
+        """Run the scheduler (tests/k8s_scheduler.py) on the nodes and pods now."""
         async with self._lock:
             nodes = sorted(
                 (obj.last.raw for key, obj in self.objects.items()
@@ -225,52 +221,7 @@ class Apiserver(kmock.KubernetesEmulator):
                 for key, obj in self.objects.items()
                 if _is_pods(key[0]) and not obj.deleted
             ]
-        waiting = [
-            (key, pod)
-            for key, pod in pods
-            if not (pod.get("spec") or {}).get("nodeName")
-            and not pod.get("metadata", {}).get("deletionTimestamp")
-            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
-        if not nodes or not waiting:
-            return
-        free = {n["metadata"]["name"]: self._allocatable(n) for n in nodes}
-        for _key, pod in pods:
-            bound = (pod.get("spec") or {}).get("nodeName")
-            if bound in free and (pod.get("status") or {}).get("phase") not in (
-                "Succeeded",
-                "Failed",
-            ):
-                free[bound] = _less(free[bound], self._requests_of(pod))
-        for key, pod in waiting:
-            wants = self._requests_of(pod)
-            chosen = next(
-                (
-                    n["metadata"]["name"]
-                    for n in nodes
-                    if _schedulable(pod, n) and _within(wants, free[n["metadata"]["name"]])
-                ),
-                None,
-            )
-            if chosen is not None:
-                free[chosen] = _less(free[chosen], wants)
-                patch: dict[str, Any] = {
-                    "spec": {"nodeName": chosen},
-                    "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
-                }
-            else:
-                conditions = (pod.get("status") or {}).get("conditions") or []
-                if any(c.get("reason") == "Unschedulable" for c in conditions):
-                    continue
-                message = f"0/{len(nodes)} nodes are available: insufficient resources."
-                patch = {
-                    "status": {
-                        "conditions": [
-                            {"type": "PodScheduled", "status": "False",
-                             "reason": "Unschedulable", "message": message}
-                        ]
-                    }
-                }  # fmt: skip
+        for key, patch in self.scheduler.decide(nodes, pods):
             async with self._lock:
                 if key not in self.objects or self.objects[key].deleted:
                     continue
@@ -278,20 +229,6 @@ class Apiserver(kmock.KubernetesEmulator):
                 patch["metadata"] = {"resourceVersion": rv}
                 self.objects[key].patch(patch)
             await self._record(key, kmock.action.UPDATE, rv)
-
-    def _allocatable(self, node: Mapping[str, Any]) -> dict[str, Decimal]:
-        meta = node["metadata"]
-        cached = self._node_amounts.get(meta["name"])
-        if cached is None or cached[0] != meta.get("resourceVersion"):
-            amounts = _quantities((node.get("status") or {}).get("allocatable"))
-            cached = self._node_amounts[meta["name"]] = (meta.get("resourceVersion", ""), amounts)
-        return cached[1]
-
-    def _requests_of(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
-        uid = pod["metadata"].get("uid", "")
-        if uid not in self._pod_amounts:
-            self._pod_amounts[uid] = _pod_requests(pod)
-        return self._pod_amounts[uid]
 
     def _serve_pod_log(self, request: rendering.Request) -> aiohttp.web.Response:
         """A container's log as a kubelet serves it through the API: text/plain, cut at
@@ -548,72 +485,6 @@ def _is_pods(resource: kmock.resource | None) -> bool:
 
 def _is_nodes(resource: kmock.resource | None) -> bool:
     return resource is not None and resource.group == "" and resource.plural == "nodes"
-
-
-def _quantities(values: Mapping[str, Any] | None) -> dict[str, Decimal]:
-    return {name: parse_quantity(str(v)) for name, v in (values or {}).items()}
-
-
-def _less(have: Mapping[str, Decimal], used: Mapping[str, Decimal]) -> dict[str, Decimal]:
-    return {name: amount - used.get(name, Decimal(0)) for name, amount in have.items()}
-
-
-def _within(wants: Mapping[str, Decimal], free: Mapping[str, Decimal]) -> bool:
-    return all(amount <= free.get(name, Decimal(0)) for name, amount in wants.items() if amount)
-
-
-def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-    resources = container.get("resources") or {}
-    return _quantities({**(resources.get("limits") or {}), **(resources.get("requests") or {})})
-
-
-def _pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """A pod's requests: its containers' and sidecars' together, or its largest other
-    init container, whichever is more (per resource)."""
-    spec = pod.get("spec") or {}
-    total: dict[str, Decimal] = {}
-    largest_init: dict[str, Decimal] = {}
-    running = list(spec.get("containers") or [])
-    for container in spec.get("initContainers") or []:
-        if container.get("restartPolicy") == "Always":
-            running.append(container)
-        else:
-            for name, amount in _container_requests(container).items():
-                largest_init[name] = max(largest_init.get(name, Decimal(0)), amount)
-    for container in running:
-        for name, amount in _container_requests(container).items():
-            total[name] = total.get(name, Decimal(0)) + amount
-    return {n: max(total.get(n, Decimal(0)), largest_init.get(n, Decimal(0)))
-            for n in set(total) | set(largest_init)}  # fmt: skip
-
-
-def _schedulable(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The node carries the labels the pod selects and its blocking taints are tolerated."""
-    spec = pod.get("spec") or {}
-    labels = node.get("metadata", {}).get("labels") or {}
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    tolerations = spec.get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return False
-    return True
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if not toleration.get("key"):
-        return toleration.get("operator") == "Exists"
-    if toleration["key"] != taint.get("key"):
-        return False
-    return toleration.get("operator") == "Exists" or toleration.get("value", "") == taint.get(
-        "value", ""
-    )
 
 
 def _grace_period(request: rendering.Request, pod: Mapping[str, Any]) -> int:
