@@ -17,6 +17,8 @@ cluster runs here).
   what changed, not what runs (target: ratio <= 3). The full pass, every
   DLAAS_MONITOR_FULL_PASS_SECONDS, reconciles every training; its time and the cost per
   pass averaged over one full pass and the passes until the next are in the detail.
+- k8s_admission_pass_ms, k8s_gpu_utilisation: gang admission from the cluster's capacity
+  (benchmarks/k8s_capacity.py, run from here).
 """
 
 from __future__ import annotations
@@ -359,10 +361,13 @@ def monitor_pass_time(quick: bool) -> Row:
 
 
 def run(quick: bool) -> list[Row]:
+    from benchmarks import k8s_capacity
+
     return [
         submit_to_pods(quick).emit(),
         monitor_cost(quick).emit(),
         monitor_pass_time(quick).emit(),
+        *k8s_capacity.run(quick),
     ]
 
 

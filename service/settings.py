@@ -160,14 +160,21 @@ class Settings(BaseSettings):
     k8s_slots: int = Field(
         default=1000,
         gt=0,
-        description="Kubernetes backend: learners admitted at once; pods beyond what the "
-        "nodes hold wait in the scheduler (PENDING, with its message).",
+        description="Kubernetes backend: learners admitted at once where admission does not "
+        "read the nodes (DLAAS_K8S_GANG set, or the nodes cannot be listed).",
+    )
+    k8s_capacity_sync_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Kubernetes backend: seconds admission waits for the first list of the "
+        "cluster's nodes; nodes that cannot be read leave admission to DLAAS_K8S_SLOTS.",
     )
     # -- Kubernetes gang scheduling (worker.backends.kubernetes.gang) --
     k8s_gang: Literal["none", "kueue", "coscheduling"] = Field(
         default="none",
         description="Kubernetes backend: who starts a training's learners together. none: the "
-        "platform's own admission; kueue: the pods form one Kueue pod group (Kueue admits "
+        "platform's own admission (a training only when all of its learners fit the nodes "
+        "now); kueue: the pods form one Kueue pod group (Kueue admits "
         "them, the platform's admission steps aside); coscheduling: a scheduler-plugins "
         "PodGroup (minMember = learners) and the pods name its scheduler.",
     )

@@ -28,6 +28,12 @@ through the extension points kmock documents (inherit, override the serving meth
   its status still patchable, gone when the kubelet (the test) deletes it with
   `grace_period_seconds=0`.
 
+- with nodes (`create_node`: allocatable resources, labels, taints), a scheduler
+  (tests/k8s_scheduler.py) binds each pod on no node to the first node it fits
+  (`spec.nodeName`, `PodScheduled=True`) after every change to pods or nodes, and marks
+  one that fits none `PodScheduled=False`, reason `Unschedulable`. Without nodes nothing
+  is scheduled (the tests play the kubelet on unbound pods).
+
 Custom resources (scheduler-plugins' `PodGroup`, through the client's CustomObjectsApi)
 are stored, listed by label and garbage-collected as any other object: kmock serves any
 group and plural without a CRD.
@@ -62,6 +68,8 @@ import kmock
 import kubernetes_validate
 import yaml
 from kmock._internal import rendering  # the Request type the serving methods receive
+
+from tests.k8s_scheduler import Scheduler
 
 T = TypeVar("T")
 
@@ -159,6 +167,8 @@ class Apiserver(kmock.KubernetesEmulator):
     # What `GET pods/<name>/log?container=<c>` answers (kmock serves no pods/log): the text
     # a test sets as a container's log, by (namespace, pod, container).
     pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
+    # Binds pods to nodes (tests/k8s_scheduler.py).
+    scheduler: Scheduler = attrs.field(factory=Scheduler, init=False)
 
     def _next_rv(self) -> str:
         self._current_rv = next(self._counter)
@@ -179,7 +189,9 @@ class Apiserver(kmock.KubernetesEmulator):
             return refusal
         if request.method == kmock.method.DELETE and request.name is None:
             async with self._mutating:
-                return await self._delete_collection(request)
+                deleted_all = await self._delete_collection(request)
+                await self._schedule()
+                return deleted_all
         if _is_pods(request.resource) and request.name is not None:
             async with self._mutating:
                 if request.method == kmock.method.DELETE:
@@ -188,6 +200,8 @@ class Apiserver(kmock.KubernetesEmulator):
                     answer = await self._update_terminating_pod(request)
                 else:
                     answer = None
+                if answer is not None:
+                    await self._schedule()
             if answer is not None:
                 return answer
         changes = request.action in (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
@@ -196,12 +210,37 @@ class Apiserver(kmock.KubernetesEmulator):
         async with self._mutating:
             key, rv = await self._stamp(request)
             try:
-                return await super()._handle(request)
+                served = await super()._handle(request)
             finally:
                 if key is not None and rv is not None:
                     deleted = await self._record(key, request.action, rv)
                     if deleted is not None and not _orphans(request):
                         await self._collect_garbage(deleted)
+            if _is_pods(request.resource) or _is_nodes(request.resource):
+                await self._schedule()
+            return served
+
+    async def _schedule(self) -> None:
+        """Run the scheduler (tests/k8s_scheduler.py) on the nodes and pods now."""
+        async with self._lock:
+            nodes = sorted(
+                (obj.last.raw for key, obj in self.objects.items()
+                 if _is_nodes(key[0]) and not obj.deleted),
+                key=lambda n: n["metadata"]["name"],
+            )  # fmt: skip
+            pods = [
+                (key, obj.last.raw)
+                for key, obj in self.objects.items()
+                if _is_pods(key[0]) and not obj.deleted
+            ]
+        for key, patch in self.scheduler.decide(nodes, pods):
+            async with self._lock:
+                if key not in self.objects or self.objects[key].deleted:
+                    continue
+                rv = self._next_rv()
+                patch["metadata"] = {"resourceVersion": rv}
+                self.objects[key].patch(patch)
+            await self._record(key, kmock.action.UPDATE, rv)
 
     def _serve_pod_log(self, request: rendering.Request) -> aiohttp.web.Response:
         """A container's log as a kubelet serves it through the API: text/plain, cut at
@@ -485,6 +524,10 @@ def _invalid_network_policy(request: rendering.Request) -> aiohttp.web.Response 
         }
         return aiohttp.web.json_response(status, status=422)
     return None
+
+
+def _is_nodes(resource: kmock.resource | None) -> bool:
+    return resource is not None and resource.group == "" and resource.plural == "nodes"
 
 
 def _grace_period(request: rendering.Request, pod: Mapping[str, Any]) -> int:

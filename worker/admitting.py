@@ -5,6 +5,11 @@ A queued training held back by its plan's max_active_nodes says so in its status
 (and no longer once that limit does not hold it); one that can never start (more learners
 than the platform's slots, or than its plan's max_active_nodes) is failed, saying why.
 
+A backend that knows what fits it now (FitsCapacity: the Kubernetes backend's nodes) is
+asked instead of its slots: a training that does not fit waits QUEUED, its status_message
+naming what it needs and what fits now; one more than the matching nodes could ever hold
+is failed, naming its compute configuration.
+
 The way back: a training whose gang the cluster could not place in time
 (service.domain.gang_release) is queued again as a new attempt, its pods stopped now, or
 failed when it was queued again before (`release_gang`).
@@ -12,6 +17,7 @@ failed when it was queued again before (`release_gang`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -19,12 +25,12 @@ from sqlalchemy.orm import Session
 from service.db import repository
 from service.db.models import Training
 from service.dispatch import FINALIZE, LAUNCH, STOP
-from service.domain.admission import NODE_LIMIT_MESSAGE, admit
-from service.domain.catalog import PlanSpec
+from service.domain.admission import WAITING_PREFIX, admit
+from service.domain.catalog import ComputeSpec, PlanSpec
 from service.domain.gang_release import Release
 from service.domain.states import TrainingState
 from service.trainings import record_requeue, record_transition
-from worker.backends.base import Backend
+from worker.backends.base import Backend, CapacityFit, FitsCapacity
 
 
 def admit_queued(
@@ -32,8 +38,10 @@ def admit_queued(
     plans_offered: dict[str, PlanSpec],
     backend: Backend,
     outbox: list[tuple[str, str]],
+    computes: Mapping[str, ComputeSpec] | None = None,
 ) -> None:
-    """Move the trainings admitted now to PENDING and add their LAUNCH to `outbox`."""
+    """Move the trainings admitted now to PENDING and add their LAUNCH to `outbox`
+    (`computes`: the compute configurations offered, for a backend that fits them)."""
     queued = repository.queued_candidates(session)
     if not queued:
         return
@@ -41,6 +49,15 @@ def admit_queued(
     plan_of = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
     plans = {tid: plans_offered[plan] for tid, plan in plan_of.items() if plan in plans_offered}
     slots = backend.slots()
+    fit: CapacityFit | None = None
+    if isinstance(backend, FitsCapacity):
+        fit = backend.fit(repository.starting_candidates(session), computes or {})
+    never_fit: dict[str, str] = {}
+    if fit is not None:
+        for c in queued:
+            if (why := fit.never(c)) is not None:
+                never_fit[c.training_id] = why
+        queued = [c for c in queued if c.training_id not in never_fit]
     admission = admit(
         queued,
         active_per_tenant=load.trainings,
@@ -48,11 +65,11 @@ def admit_queued(
         free_slots=slots - load.total_nodes,
         active_nodes_per_tenant=load.nodes,
         node_limit_per_tenant={tid: p.active_nodes_limit for tid, p in plans.items()},
+        fit=fit,
     )
     admitted = set(admission.started)
-    never_fit: dict[str, str] = {}
     for c in queued:
-        if c.nodes > slots:
+        if fit is None and c.nodes > slots:
             never_fit[c.training_id] = (
                 f"capacity: {c.nodes} learners can never fit this platform's {slots} learner slots"
             )
@@ -67,7 +84,8 @@ def admit_queued(
         for tid, wait in admission.waiting_on_nodes.items()
         if tid not in never_fit
     }
-    repository.set_queued_messages(session, waiting, NODE_LIMIT_MESSAGE)
+    waiting |= {tid: WAITING_PREFIX + why for tid, why in admission.waiting_on_capacity.items()}
+    repository.set_queued_messages(session, waiting, WAITING_PREFIX)
     # Only the trainings that change are loaded as objects (most of a queue waits).
     for training in repository.queued_trainings_among(session, admitted | set(never_fit)):
         if training.id in admitted:

@@ -128,7 +128,13 @@ class Monitor:
                 if full:
                     for training_id in set(self._failing) - set(ids):
                         del self._failing[training_id]  # ended, or deleted: no longer watched
-                admit_queued(session, self.platform.catalog.plans, self.backend, outbox)
+                admit_queued(
+                    session,
+                    self.platform.catalog.plans,
+                    self.backend,
+                    outbox,
+                    self.platform.catalog.compute_configurations,
+                )
                 session.commit()
                 if full:
                     self._release_ended(session, set(ids), outbox)

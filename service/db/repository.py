@@ -260,9 +260,20 @@ def queued_candidates(session: Session) -> list[Candidate]:
     every pass, and a pass follows every submission; loading 300 queued trainings as
     objects cost it 44 ms of CPU (in the API's process, when embedded), these rows 3 ms."""
     stmt = (
-        select(Training.id, Training.tenant_id, Training.nodes)
+        select(Training.id, Training.tenant_id, Training.nodes, Training.compute_name)
         .where(Training.status == TrainingState.QUEUED)
         .order_by(Training.created_at, Training.id)
+    )
+    return [Candidate(*row) for row in session.execute(stmt)]
+
+
+def starting_candidates(session: Session) -> list[Candidate]:
+    """The trainings admitted whose learners may not all be placed yet (PENDING,
+    DOWNLOADING; a RUNNING one's learners run), as admission weighs them: what a backend
+    that packs learners onto its nodes counts as taken besides what it sees placed."""
+    starting = (TrainingState.PENDING, TrainingState.DOWNLOADING)
+    stmt = select(Training.id, Training.tenant_id, Training.nodes, Training.compute_name).where(
+        Training.status.in_(starting)
     )
     return [Candidate(*row) for row in session.execute(stmt)]
 

@@ -233,7 +233,17 @@ def test_the_role_has_exactly_the_backends_rules(rendered: list[dict[str, Any]])
     roles = [o for o in rendered if o["kind"] == "Role"]
     assert len(roles) == 1
     assert roles[0]["rules"] == EXPECTED_RULES
-    assert not [o for o in rendered if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    # Cluster-wide, the nodes alone, read-only (admission packs learners onto them).
+    (cluster_role,) = [o for o in rendered if o["kind"] == "ClusterRole"]
+    assert cluster_role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    (cluster_binding,) = [o for o in rendered if o["kind"] == "ClusterRoleBinding"]
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    # The backend's account, which the monitor runs as; the API's reads no node.
+    assert cluster_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": BACKEND_SERVICE_ACCOUNT, "namespace": NAMESPACE}
+    ]
     binding = named(rendered, "RoleBinding", f"{FULLNAME}-learners")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

@@ -6,11 +6,12 @@ reconciles from what the backend reports instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from service.domain.admission import Candidate, Fit
 from service.domain.catalog import ComputeSpec
 from service.domain.gang_release import Unschedulable
 from service.domain.lifecycle import LearnerObservation
@@ -85,6 +86,28 @@ def check_observation(
         learner_ids=learner_ids,
         window=window,
     )
+
+
+class CapacityFit(Fit, Protocol):
+    """What fits a backend now, for one admission pass."""
+
+    def never(self, candidate: Candidate) -> str | None:
+        """Why the training can never fit this backend (it is failed, saying so), or None."""
+        ...
+
+
+@runtime_checkable
+class FitsCapacity(Protocol):
+    """A backend that knows what fits it now (its nodes' free resources); one without
+    this admits by its slots()."""
+
+    def fit(
+        self, starting: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+    ) -> CapacityFit | None:
+        """What fits now, given the `starting` trainings (admitted, their learners perhaps
+        not placed yet: PENDING, DOWNLOADING) and the compute configurations offered;
+        None: the slots decide this pass."""
+        ...
 
 
 class Backend(Protocol):

@@ -47,7 +47,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -56,6 +56,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from service import runtimes
+from service.domain.admission import Candidate
 from service.domain.catalog import ComputeSpec
 from service.domain.egress import EgressRules
 from service.domain.names import label_value
@@ -69,6 +70,8 @@ from service.storage.base import ObjectStore
 from service.storage.config import StoreConfig
 from worker.backends.base import Observation, StartRequest, learner_spec
 from worker.backends.kubernetes import credentials, layout, pod_logs, pod_states
+from worker.backends.kubernetes.capacity import ClusterFit
+from worker.backends.kubernetes.fitting import CapacityView
 from worker.backends.kubernetes.gang import GangConfig, gang_pod, pod_group
 from worker.backends.kubernetes.network import training_network_policy
 from worker.backends.kubernetes.objects import (
@@ -180,6 +183,7 @@ class KubernetesBackend:
         egress: EgressRules | None = EgressRules(),
         clock: Callable[[], float] = time.time,
         gang: GangConfig | None = None,
+        capacity_sync_seconds: float = 5.0,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -217,6 +221,10 @@ class KubernetesBackend:
         # Each training's own log credentials (a Redis user); without log_users the
         # learners get the request's log sink as it is (a file sink, or tests).
         self.log_credentials = credentials.LogCredentials(log_users)
+        # Admission from the cluster's capacity (fitting), unless a gang scheduler admits.
+        self.capacity = CapacityView(
+            self.core, self.watch, cluster.gpu_resource, capacity_sync_seconds
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KubernetesBackend:
@@ -239,11 +247,13 @@ class KubernetesBackend:
             gang=GangConfig.from_settings(settings),
             log_users=RedisLogUsers(url) if url else None,
             egress=_egress_rules(settings),
+            capacity_sync_seconds=settings.k8s_capacity_sync_seconds,
         )
 
     def close(self) -> None:
         self.watch.close()
         self.log_credentials.close()
+        self.capacity.close()
 
     # -- what the platform asks of any backend -------------------------------------------
 
@@ -251,12 +261,21 @@ class KubernetesBackend:
         return None  # the user's command runs in its own pod, without credentials
 
     def slots(self) -> int:
-        """Learners admitted at once: pods beyond what the nodes hold queue in the
-        scheduler (PENDING, with its message). With a gang scheduler (DLAAS_K8S_GANG)
-        uncounted: it holds a training's pods until all of them fit."""
+        """Learners admitted at once where fit() does not decide (the nodes cannot be
+        read). With a gang scheduler (DLAAS_K8S_GANG) uncounted: it holds a training's pods
+        until all of them fit."""
         if self.gang.admits_without_capacity:
             return UNCOUNTED_SLOTS
         return self._slots
+
+    def fit(
+        self, starting: Sequence[Candidate], computes: Mapping[str, ComputeSpec]
+    ) -> ClusterFit | None:
+        """What fits the nodes now (fitting.CapacityView); None (the slots decide) where a
+        gang scheduler admits (DLAAS_K8S_GANG) or the nodes cannot be read."""
+        if self.gang.admits_without_capacity:
+            return None
+        return self.capacity.fit(starting, computes)
 
     @contextlib.contextmanager
     def changes(self, wake: Callable[[], None]) -> Iterator[None]:

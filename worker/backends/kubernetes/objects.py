@@ -50,6 +50,8 @@ _PLATFORM_RESOURCES = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"cpu": "1", "memory": "512Mi"},
 }
+# What the agent sidecar requests beside each learner container (capacity counts it).
+SIDECAR_REQUESTS = _PLATFORM_RESOURCES["requests"]
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,11 @@ class PodWatch:
         self._watcher: watch.Watch | None = None
         # Counted for the benchmarks and tests: lists made (the first one and relists).
         self.lists = 0
+        # For readers that follow the cache by generations (capacity: changed_since): a
+        # counter raised by every change, the last one of each training label, the last list.
+        self._generation = 0
+        self._changed_at: dict[str, int] = {}
+        self._listed_at = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -177,6 +182,7 @@ class PodWatch:
                         self._forgotten_order.append(uid)
             while len(self._forgotten_order) > _FORGOTTEN_MAX:
                 self._forgotten.discard(self._forgotten_order.popleft())
+            self._mark(training)
             self._lock.notify_all()
 
     def drain_changes(self) -> set[str] | None:
@@ -189,8 +195,22 @@ class PodWatch:
 
     def _mark(self, training: str) -> None:
         """(Under the lock.) The training's pods changed."""
+        self._generation += 1
+        self._changed_at[training] = self._generation
         if self._changed is not None:
             self._changed.add(training)
+
+    def changed_since(self, generation: int) -> tuple[int, set[str] | None]:
+        """The current generation, and the training labels whose pods changed after
+        `generation` (one this method returned); None: any may have (a list since)."""
+        with self._lock:
+            if generation < self._listed_at:
+                return self._generation, None
+            changed = {t for t, g in self._changed_at.items() if g > generation}
+            for training in changed:
+                if training not in self._live and training not in self._gone:
+                    del self._changed_at[training]  # forgotten: read once more, then dropped
+            return self._generation, changed
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` after every change; returns what unsubscribes it."""
@@ -253,6 +273,8 @@ class PodWatch:
             self._gone = {t: pods for t, pods in self._gone.items() if pods}
             self._live = fresh
             self._changed = None
+            self._generation += 1
+            self._listed_at = self._generation
             self._resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "")
             self._lock.notify_all()
         self._synced.set()
