@@ -19,6 +19,7 @@ platform: one process serves the API, the dashboard and scoring) they live in th
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from service.auth import TenantRef
 from service.domain.buckets import Bucket, Take, idle_seconds, take
 from service.domain.catalog import PlanSpec
 from service.errors import FieldError, TooManyRequests
+
+log = logging.getLogger("dlaas.api")
 
 FAILURE_WINDOW_SECONDS = 60
 PREFIX = "dlaas:requests"
@@ -97,18 +100,42 @@ return {0, math.floor(tokens), math.max(1, math.ceil((need - tokens) / rate))}
 
 
 class RedisBuckets:
-    """The buckets in Redis, shared by every process that uses the same server."""
+    """The buckets in Redis, shared by every process that uses the same server.
 
-    def __init__(self, url: str) -> None:
+    Redis is a shared limit, not a dependency of every request: while it cannot be reached
+    (restarting, down, slower than `timeout`) each process counts in its own buckets (the
+    limits hold per process meanwhile), says so once per outage, and goes back to Redis as
+    soon as it answers again. A request never fails because the counter is away."""
+
+    def __init__(self, url: str, *, timeout: float = 1.0) -> None:
         import redis.asyncio
+        import redis.exceptions
 
-        self._redis: Any = redis.asyncio.Redis.from_url(url)
+        self._redis: Any = redis.asyncio.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
         self._script = self._redis.register_script(_TAKE)
+        self._unreachable: tuple[type[BaseException], ...] = (
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+            OSError,
+        )
+        self._fallback = LocalBuckets()
+        self._outage = False
 
     async def take(self, key: str, *, rate: float, burst: float, cost: float, need: float) -> Take:
-        allowed, remaining, wait = await self._script(
-            keys=[key], args=[rate, burst, cost, need, idle_seconds(rate, burst) + 1]
-        )
+        try:
+            allowed, remaining, wait = await self._script(
+                keys=[key], args=[rate, burst, cost, need, idle_seconds(rate, burst) + 1]
+            )
+        except self._unreachable as e:
+            if not self._outage:
+                self._outage = True
+                log.warning("request rates counted in this process: Redis is unreachable (%s)", e)
+            return await self._fallback.take(key, rate=rate, burst=burst, cost=cost, need=need)
+        if self._outage:
+            self._outage = False
+            log.warning("request rates counted in Redis again")
         return Take(bool(allowed), int(remaining), int(wait))
 
     async def close(self) -> None:

@@ -4,7 +4,9 @@ the process's own do, and two API processes that share a Redis share each bucket
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import socket
 import uuid
 
 import pytest
@@ -67,3 +69,28 @@ def test_two_processes_share_a_bucket_and_it_expires() -> None:
     assert seen == [True, True, True, False]
     # Forgotten once it would be full again (burst / rate = 6 s, plus one).
     assert 0 < ttl <= 7
+
+
+def test_while_redis_is_unreachable_each_process_counts_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request is never refused or failed because the shared counter is away: with no
+    Redis at the address, the buckets are counted in the process (the limit still holds
+    there), and the outage is said once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the socket is closed
+
+    async def flow() -> list[Take]:
+        store = RedisBuckets(f"redis://127.0.0.1:{port}/15", timeout=0.5)
+        try:
+            return [await store.take("k", rate=0.001, burst=2, cost=1, need=1) for _ in range(3)]
+        finally:
+            await store.close()
+
+    with caplog.at_level(logging.WARNING, logger="dlaas.api"):
+        answers = asyncio.run(flow())
+    assert [a.allowed for a in answers] == [True, True, False]
+    assert answers[2].retry_after > 0
+    said = [r.getMessage() for r in caplog.records if "Redis is unreachable" in r.getMessage()]
+    assert len(said) == 1

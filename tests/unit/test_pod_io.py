@@ -25,17 +25,18 @@ def test_run_and_the_pod_layout_agree_on_the_key_pair() -> None:
 def test_the_commands_of_the_pod_layout_are_pod_steps() -> None:
     for learner in (1, 3):
         for command in (layout.fetch_command(learner), layout.agent_command(learner)):
-            assert command[:3] == ["python", "-m", "worker.learner.pod"]
-            ns, argv = parse(command[3:])
+            # Isolated (-I): nothing of the tenant's on the step's import path.
+            assert command[:4] == ["python", "-I", "-m", "worker.learner.pod"]
+            ns, argv = parse(command[4:])
             assert ns.spec == Path(layout.SPEC_DIR, layout.spec_file(learner))
             assert argv == []
-        assert parse(layout.agent_command(learner)[3:])[0].io == Path(layout.IO_DIR)
+        assert parse(layout.agent_command(learner)[4:])[0].io == Path(layout.IO_DIR)
     run = layout.run_command(["python", "train.py", "--", "x"], ("h-1:2222", "h-2:2022"))
-    assert run[:3] == ["python", "-m", "worker.learner.pod"]
-    ns, argv = parse(run[3:])
+    assert run[:4] == ["python", "-I", "-m", "worker.learner.pod"]
+    ns, argv = parse(run[4:])
     assert (ns.step, ns.io, ns.wait_for) == ("run", Path(layout.IO_DIR), ["h-1:2222", "h-2:2022"])
     assert argv == ["python", "train.py", "--", "x"]
-    ns, argv = parse(layout.run_command(layout.sshd_argv())[3:])
+    ns, argv = parse(layout.run_command(layout.sshd_argv())[4:])
     assert argv == list(layout.sshd_argv())
 
 
