@@ -198,7 +198,7 @@ def test_the_backends_scope_lets_the_agent_store_its_metric_documents() -> None:
     metric documents (keys.log_metrics_key, keys.tensorboard_metrics_key), and no other
     training's."""
     from tests.k8s.test_backend import request
-    from worker.backends.kubernetes.backend import training_scope
+    from worker.backends.kubernetes.learner_setup import training_scope
 
     scope = training_scope(request(TID))
     with moto_server(env=ENFORCING) as server:

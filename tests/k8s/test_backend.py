@@ -615,7 +615,7 @@ def test_the_pod_log_fallback_is_capped(
     k8s_apiserver: RunningApiserver,
     tmp_path: Path,
 ) -> None:
-    backend.log_store = logs = open_log_store("file", dir=str(tmp_path / "logs"))
+    backend.pod_log_fallback.log_store = logs = open_log_store("file", dir=str(tmp_path / "logs"))
     backend.start(request(nodes=1))
     # The agent could not work (no log store to send to): fetch's and the command's logs.
     set_pod_log(k8s_apiserver, f"{PREFIX}-1", "fetch", "fetched\n")

@@ -50,54 +50,45 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from service import runtimes
 from service.domain.admission import Candidate
 from service.domain.catalog import ComputeSpec
 from service.domain.egress import EgressRules
 from service.domain.names import label_value
 from service.logs import LogStore, open_log_store
-from service.logs.base import LogRecord
-from service.logs.config import LogSinkConfig
 from service.logs.redis_users import RedisLogUsers
 from service.settings import Settings
-from service.storage import keys, scoped
+from service.storage import scoped
 from service.storage.base import ObjectStore
-from service.storage.config import StoreConfig
-from worker.backends.base import Observation, StartRequest, learner_spec
-from worker.backends.kubernetes import credentials, layout, pod_logs, pod_states
+from worker.backends.base import Observation, StartRequest
+from worker.backends.kubernetes import credentials, layout, pod_states
 from worker.backends.kubernetes.capacity import ClusterFit
 from worker.backends.kubernetes.fitting import CapacityView
 from worker.backends.kubernetes.gang import GangConfig, gang_pod, pod_group
+from worker.backends.kubernetes.learner_setup import LearnerSetup, ssh_key_pair
 from worker.backends.kubernetes.network import training_network_policy
 from worker.backends.kubernetes.objects import (
     ATTEMPT_LABEL,
-    LEARNER_LABEL,
     TRAINING_LABEL,
     ClusterConfig,
     Owner,
-    SshKeyPair,
     TrainingObjectsInput,
     headless_service,
-    learner_env,
     learner_pod,
     secret_name,
     training_secret,
 )
 from worker.backends.kubernetes.observation import Pod, TrainingPods, observation
 from worker.backends.kubernetes.pod_groups import PodGroups
+from worker.backends.kubernetes.pod_log_fallback import PodLogFallback, labels
 from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, LaunchPlan, LearnerPlan, learner_name_prefix
+from worker.launchers.plan import Addressing, learner_name_prefix
 
 log = logging.getLogger(__name__)
 
-# A training with no max_runtime (none is admitted without one) still gets a pod deadline.
-DEFAULT_MAX_RUNTIME = 7 * 24 * 3600
 # What stop() waits for the watch to see the pods gone, beyond the grace period.
 STOP_MARGIN_SECONDS = 10.0
 # Pod phases in which no container runs any more.
@@ -124,43 +115,6 @@ def api_client() -> client.ApiClient:
             client_configuration=configuration,
         )
     return client.ApiClient(configuration)
-
-
-def ssh_key_pair() -> SshKeyPair:
-    """A fresh ed25519 key pair in OpenSSH format: one per training, for mpirun's ssh."""
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    return SshKeyPair(private_key=private, public_key=public.decode() + " dlaas\n")
-
-
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    labels = obj.get("metadata", {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
-
-
-def training_scope(request: StartRequest) -> scoped.TrainingScope:
-    """What a training's pods may touch in the platform's store: read its model
-    definition and the checkpoints it restores; read and write its results, its metrics
-    (`keys.metrics_prefix`: the TensorBoard and log metric documents its agents store) and
-    this attempt's checkpoints."""
-    training_id = request.spec.training_id
-    return scoped.TrainingScope(
-        training_id=training_id,
-        read_keys=(request.model_definition_key,),
-        read_prefixes=(request.restore_checkpoints,) if request.restore_checkpoints else (),
-        write_prefixes=(
-            request.results_prefix,
-            keys.metrics_prefix(training_id),
-            keys.attempt_checkpoints_prefix(training_id, request.attempt),
-        ),
-    )
 
 
 class KubernetesBackend:
@@ -199,9 +153,15 @@ class KubernetesBackend:
         self.pod_ttl_seconds = pod_ttl_seconds
         self.image_pull_timeout = image_pull_timeout
         self._slots = slots
-        self.store_attempts = store_attempts
-        self.store_retry_seconds = store_retry_seconds
         self.clock = clock
+        # What the learners' specs and store credentials are made with (learner_setup).
+        self.setup = LearnerSetup(
+            stop_grace_seconds=stop_grace_seconds,
+            store_attempts=store_attempts,
+            store_retry_seconds=store_retry_seconds,
+            store_role_arn=store_role_arn or None,
+            store_session_max_seconds=store_session_max_seconds,
+        )
         self.watch = PodWatch(self.core, self.namespace)
         # The training id of each training label this backend observed or started: what
         # changed() maps the watch's changed labels back to.
@@ -210,14 +170,10 @@ class KubernetesBackend:
         self._held_at = 0.0
         self._held_lock = threading.Lock()
         self.held_refresh_seconds = held_refresh_seconds
-        # Where the pod log fallback appends (the platform's log store), and the pods
-        # (uids) whose logs it has appended already.
-        self.log_store = log_store
-        self._pod_logs_read: set[str] = set()
-        # Where the learners' store credentials come from (see _learner_store).
-        self.store_role_arn = store_role_arn or None
-        self.store_session_max_seconds = store_session_max_seconds
-        self._told_unscoped = False
+        # Where a pod's own log is appended when its agent never sent the learner's output.
+        self.pod_log_fallback = PodLogFallback(
+            self.core, self.namespace, self.watch, log_store, clock
+        )
         # Each training's own log credentials (a Redis user); without log_users the
         # learners get the request's log sink as it is (a file sink, or tests).
         self.log_credentials = credentials.LogCredentials(log_users)
@@ -311,7 +267,7 @@ class KubernetesBackend:
         log_sink, log_password = self.log_credentials.sink(request)
         created: list[tuple[str, str]] = []
         try:
-            inp = self._objects_input(
+            inp = self.setup.objects_input(
                 request,
                 plan,
                 Owner(prefix, "", kind="Service"),
@@ -348,78 +304,6 @@ class KubernetesBackend:
             if self._held is not None:
                 self._held.add(spec.training_id)
 
-    def _objects_input(
-        self,
-        request: StartRequest,
-        plan: LaunchPlan,
-        owner: Owner,
-        ssh: SshKeyPair | None,
-        log_sink: LogSinkConfig,
-    ) -> TrainingObjectsInput:
-        spec = request.spec
-        store = self._learner_store(request)
-        compute = request.compute or ComputeSpec(
-            gpus=spec.gpus_per_node, cpus=max(spec.cpus, 1), memory_gib=max(spec.memory_gib, 1)
-        )
-        return TrainingObjectsInput(
-            training_id=spec.training_id,
-            tenant=request.tenant,
-            plan=plan,
-            learner_specs={
-                lp.learner_id: self._learner_spec(request, lp, store, log_sink)
-                for lp in plan.learners
-            },
-            runtime=request.runtime.name if request.runtime else runtimes.PLATFORM,
-            compute=compute,
-            max_runtime=request.max_runtime or DEFAULT_MAX_RUNTIME,
-            distribution=spec.distribution,
-            owner=owner,
-            attempt=request.attempt,
-            ssh=ssh,
-            stop_grace_seconds=max(1, round(self.stop_grace_seconds)),
-        )
-
-    def _learner_store(self, request: StartRequest) -> StoreConfig:
-        """The store as the training's learners reach it: with temporary credentials that
-        reach only the training's own keys (service.storage.scoped) where
-        DLAAS_STORE_ROLE_ARN names a role and the store is S3; else the platform's own
-        credentials, which reach the whole bucket (said once, for the operator)."""
-        store = request.store
-        if self.store_role_arn is None or store.kind != "s3":
-            if not self._told_unscoped:
-                self._told_unscoped = True
-                why = "DLAAS_STORE_ROLE_ARN is not set" if store.kind == "s3" else "it is local"
-                log.warning(
-                    "learner pods get the platform's store credentials, not scoped to their "
-                    "training (%s): a learner's pod can read and write the whole store",
-                    why,
-                )
-            return store
-        scope = training_scope(request)
-        duration = scoped.session_seconds(
-            request.max_runtime or DEFAULT_MAX_RUNTIME, self.store_session_max_seconds
-        )
-        return scoped.scoped_store(store, self.store_role_arn, scope, duration)
-
-    def _learner_spec(
-        self, request: StartRequest, lp: LearnerPlan, store: StoreConfig, log_sink: LogSinkConfig
-    ) -> str:
-        request = dataclasses.replace(request, log_sink=log_sink)
-        return learner_spec(
-            request,
-            lp,
-            learner_env(lp),
-            store=store,
-            stop_grace_seconds=self.stop_grace_seconds,
-            store_attempts=self.store_attempts,
-            store_retry_seconds=self.store_retry_seconds,
-            checkpoints_prefix=keys.learner_checkpoints_prefix(
-                keys.attempt_checkpoints_prefix(request.spec.training_id, request.attempt),
-                lp.learner_id,
-            ),
-            restore_checkpoints=request.restore_checkpoints,
-        ).to_json()
-
     def _create_service(self, inp: TrainingObjectsInput, created: list[tuple[str, str]]) -> Owner:
         """Create the owner (or find the one an earlier start created) and return it as
         the others' owner; one of an older attempt is deleted with all it owns first."""
@@ -442,7 +326,7 @@ class KubernetesBackend:
                         inp.prefix, self.namespace, _preload_content=False
                     ).data
                 )
-                attempt = _labels(found).get(ATTEMPT_LABEL, "1")
+                attempt = labels(found).get(ATTEMPT_LABEL, "1")
                 if not attempt.isdigit() or int(attempt) < inp.attempt:
                     log.info("deleting what is left of %s's attempt %s", inp.training_id, attempt)
                     self._delete_all(inp.training_id, wait=True)
@@ -509,7 +393,7 @@ class KubernetesBackend:
         holds no process: it stays for cleanup, and the TTL) and wait until they are gone."""
         self.watch.ensure_started()
         training = label_value(training_id)
-        self._append_pod_logs(training_id)  # before the pods, and their logs, are gone
+        self.pod_log_fallback.append(training_id)  # before the pods, and their logs, are gone
         running = [
             name
             for name, pod in self.watch.pods(training).live.items()
@@ -527,7 +411,7 @@ class KubernetesBackend:
         self.watch.ensure_started()
         training = label_value(training_id)
         prefix = learner_name_prefix(training_id)
-        self._append_pod_logs(training_id)
+        self.pod_log_fallback.append(training_id)
         # The credentials go at once, whatever is kept for debugging.
         self._delete("secrets", secret_name(prefix), grace=0)
         self.log_credentials.delete(training_id)
@@ -601,59 +485,6 @@ class KubernetesBackend:
                 self._held_at = now
             return sorted(self._held)
 
-    # -- the pod log fallback ------------------------------------------------------------------
-
-    def _append_pod_logs(self, training_id: str) -> None:
-        """For each pod of the training whose agent never ran or could not send the
-        learner's output (pod_logs.containers_to_read), append what its containers said
-        (their pod logs, at most pod_logs.POD_LOG_BYTES a pod) to the learner's log in the
-        log store, once per pod. Called by stop and cleanup (a FINALIZE, or the end of an
-        attempt), never by observe: the monitor's pass makes no API call. Best effort: a
-        log that cannot be read or appended is logged here and the stop goes on. A pod
-        kept for DLAAS_K8S_POD_TTL_SECONDS and finalized again by a restarted worker may
-        have its logs appended twice."""
-        if self.log_store is None:
-            return
-        for name, pod in sorted(self.watch.pods(label_value(training_id)).live.items()):
-            uid = str(pod.get("metadata", {}).get("uid") or name)
-            containers = pod_logs.containers_to_read(pod)
-            learner = _labels(pod).get(LEARNER_LABEL, "")
-            if uid in self._pod_logs_read or not containers or not learner.isdigit():
-                continue
-            lines = self._pod_log_lines(name, containers)
-            if not lines:
-                continue
-            now = self.clock()
-            try:
-                self.log_store.append(training_id, [LogRecord(int(learner), now, x) for x in lines])
-            except Exception:
-                log.exception("appending the pod log of %s to %s's log failed", name, training_id)
-                continue
-            self._pod_logs_read.add(uid)
-
-    def _pod_log_lines(self, name: str, containers: tuple[str, ...]) -> list[str]:
-        lines: list[str] = []
-        left = pod_logs.POD_LOG_BYTES
-        for container in containers:
-            if left <= 0:
-                break
-            try:
-                response = self.core.read_namespaced_pod_log(
-                    name,
-                    self.namespace,
-                    container=container,
-                    limit_bytes=left + 1,
-                    _preload_content=False,
-                )
-            except ApiException as e:
-                if e.status not in (400, 404):  # no log: the container never ran after all
-                    log.warning("reading the log of %s/%s failed: %s", name, container, e)
-                continue
-            data: bytes = response.data
-            lines += pod_logs.log_lines(container, data[:left], cut=len(data) > left)
-            left -= len(data)
-        return lines
-
     # -- the API -------------------------------------------------------------------------------
 
     def _list(self, kind: str, selector: str) -> list[dict[str, Any]]:
@@ -704,7 +535,7 @@ def _egress_rules(settings: Settings) -> EgressRules | None:
 def _training_id(service: dict[str, Any]) -> str:
     """The training id a Service is of: its annotation (the label may be shortened)."""
     annotations = service.get("metadata", {}).get("annotations") or {}
-    value = annotations.get(TRAINING_ANNOTATION) or _labels(service).get(TRAINING_LABEL)
+    value = annotations.get(TRAINING_ANNOTATION) or labels(service).get(TRAINING_LABEL)
     return value if isinstance(value, str) else ""
 
 
