@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The modules whose code handles tenant-writable directories.
 CHECKED = [
     "worker/learner/*.py",
-    "worker/backends/local.py",
+    "worker/backends/local*.py",
     "worker/backends/kubernetes/*.py",
     "service/storage/*.py",
     "service/scoring/*.py",
@@ -77,12 +77,13 @@ ALLOWED: dict[str, str] = {
     "worker/learner/mpi_client.py::main": "the relay's socket, from inside the sandbox",
     "worker/learner/mpi_relay.py::MpiRelay.serving": "<training dir>/mpi-relay",
     # The local backend: its training directory's own files (not the learners' dirs) and /proc.
-    "worker/backends/local.py::_pid_alive": "/proc/<pid>/stat",
-    "worker/backends/local.py::_read_json": "state.json and status files in the training dir",
-    "worker/backends/local.py::_belongs": "/proc/<pid>/cmdline and environ of a wrapper",
-    "worker/backends/local.py::_write_json": "state.json and ranks.json in the training dir",
+    "worker/backends/local_learners.py::pid_alive": "/proc/<pid>/stat",
+    "worker/backends/local_learners.py::read_json": "state.json, status files: training dir",
+    "worker/backends/local_learners.py::belongs": "/proc/<pid>/cmdline and environ",
+    "worker/backends/local_learners.py::write_json": "state.json and ranks.json: training dir",
+    "worker/backends/local_learners.py::wrapper_started": "/proc, to find a wrapper",
+    "worker/backends/local_mpi.py::mpi_setup": "<training dir>/mpi-agent (read-only inside)",
     "worker/backends/local.py::LocalBackend._prepare": "the hostfile and rank output files",
-    "worker/backends/local.py::LocalBackend._wrapper_started": "/proc, to find a wrapper",
     "worker/backends/local.py::LocalBackend._spawn": "the wrapper's own log in the training dir",
     "worker/backends/local.py::LocalBackend.held": "the backend's work root",
     # worker/learner: the wrapper's and the steps' own files.

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -53,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 from service import sandbox
-from service.domain.lifecycle import LearnerObservation
 from service.runtimes import RuntimeInfo
 from service.sandbox import limits
 from service.sandbox.isolated import python_argv
@@ -61,7 +59,7 @@ from service.sandbox.limits import Enforcement, ResourceLimits
 from service.storage import open_store
 from service.storage.base import ObjectStore, check_key
 from service.tenantfs import TenantDir, tree
-from worker.backends import local_mpi
+from worker.backends import local_learners, local_mpi
 from worker.backends.base import Observation, StartRequest
 from worker.backends.base import learner_spec as backend_learner_spec
 from worker.backends.netns import LearnerNetwork, namespaces_available
@@ -76,8 +74,6 @@ from worker.learner.host import LocalHost
 
 log = logging.getLogger(__name__)
 
-# A learner whose wrapper has not reported within this many seconds never started.
-START_TIMEOUT = 60.0
 _FALLBACK_NOTE = (
     "learner namespaces are unavailable here ({why}); learners share 127.0.0.1 on distinct "
     "ports (see TF_CONFIG) and their host names do not resolve"
@@ -90,63 +86,6 @@ def wrapper_argv(spec_path: Path, host_path: Path) -> list[str]:
     """The learner wrapper's command: the platform's Python, isolated (no working
     directory, environment or user site directory on its path), from its own source."""
     return python_argv("worker.learner", str(spec_path), str(host_path))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-_MAX_STATE_BYTES = 1024 * 1024  # a status or state file is a few hundred bytes
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_STATE_BYTES + 1)
-        if len(raw) > _MAX_STATE_BYTES:
-            return None
-        data = json.loads(raw)
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _belongs(pid: object, training_id: str, spec_path: Path) -> bool:
-    """Whether `pid` (from a status file: untrusted) is a live process of this learner:
-    its wrapper (whose command line names the spec) or its command (whose environment
-    names the training). Anything else, another training's process included, is not."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 1 < pid < 2**22:
-        return False
-    if not _pid_alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if str(spec_path).encode() in cmdline:
-            return True
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return f"TRAINING_ID={training_id}".encode() in environ
-
-
-def _phases(value: object) -> tuple[tuple[str, float], ...]:
-    if not isinstance(value, dict):
-        return ()
-    out = []
-    for k, v in value.items():
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            out.append((str(k), float(v)))
-    return tuple(out)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
 
 
 def _free_ports(count: int) -> int:
@@ -267,12 +206,12 @@ class LocalBackend:
         tdir = self._dir(spec.training_id)
         tdir.mkdir(parents=True, exist_ok=True)
         state_file = tdir / "state.json"
-        state = _read_json(state_file)
+        state = local_learners.read_json(state_file)
         if state is None:
             state = self._prepare(request, tdir)
             if request.restore_checkpoints is not None:
                 self._restore_checkpoints(request, tdir / "checkpoints")
-            _write_json(state_file, state)
+            local_learners.write_json(state_file, state)
         # Spawn what was not spawned yet: a launch delivered twice, or after a worker died
         # halfway, never starts a learner twice. A worker killed between spawning a learner
         # and recording it left that learner running (or ended): it is recorded, not
@@ -280,10 +219,10 @@ class LocalBackend:
         for learner in state["learners"]:
             if learner["spawned_at"] is None:
                 spec_path = Path(learner["spec"])
-                if not self._wrapper_started(spec_path):
+                if not local_learners.wrapper_started(spec_path):
                     self._spawn(spec_path)
                 learner["spawned_at"] = time.time()
-                _write_json(state_file, state)
+                local_learners.write_json(state_file, state)
 
     def _prepare(self, request: StartRequest, tdir: Path) -> dict[str, Any]:
         spec = request.spec
@@ -368,7 +307,7 @@ class LocalBackend:
                     str(lp.learner_id - 1): per_learner[lp.learner_id] for lp in plan.learners
                 },
             }
-            _write_json(tdir / "ranks.json", ranks)
+            local_learners.write_json(tdir / "ranks.json", ranks)
             if relayed:
                 assert net is not None
                 for lp in plan.learners:
@@ -513,24 +452,6 @@ class LocalBackend:
         return env
 
     @staticmethod
-    def _wrapper_started(spec_path: Path) -> bool:
-        """Whether the learner's wrapper was started: it reported a status, or a live
-        process names its spec (the wrapper, or `setsid` about to become it)."""
-        if spec_path.with_name("status.json").exists():
-            return True
-        needle = str(spec_path).encode()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if needle in cmdline and _pid_alive(int(entry)):
-                return True
-        return False
-
-    @staticmethod
     def _spawn(spec_path: Path) -> None:
         host_path = spec_path.with_name("host.json")
         log = spec_path.with_name("wrapper.log")
@@ -554,7 +475,7 @@ class LocalBackend:
 
     def observe(self, training_id: str) -> Observation | None:
         tdir = self._dir(training_id)
-        state = _read_json(tdir / "state.json")
+        state = local_learners.read_json(tdir / "state.json")
         if state is None:
             return None
         if any(learner["spawned_at"] is None for learner in state["learners"]):
@@ -565,7 +486,7 @@ class LocalBackend:
         now = time.time()
         observed = []
         for learner in state["learners"]:
-            observed.append(self._observe_learner(training_id, learner, now))
+            observed.append(local_learners.observe_learner(training_id, learner, now))
         return Observation(
             learners=tuple(observed),
             primaries=tuple(state["primaries"]),
@@ -573,41 +494,19 @@ class LocalBackend:
             attempt=int(state.get("attempt", 1)),
         )
 
-    @staticmethod
-    def _observe_learner(
-        training_id: str, learner: dict[str, Any], now: float
-    ) -> LearnerObservation:
-        lid = int(learner["learner_id"])
-        spec_path = Path(learner["spec"])
-        status = _read_json(spec_path.with_name("status.json"))
-        if status is None:
-            spawned = learner["spawned_at"]
-            if spawned is not None and now - spawned > START_TIMEOUT:
-                return LearnerObservation(lid, "LOST", None, f"learner {lid} did not start")
-            return LearnerObservation(lid, "PENDING")
-        phase = str(status.get("phase"))
-        exit_code = status.get("exit_code")
-        message = status.get("message")
-        phases = _phases(status.get("phases"))
-        if phase in ("COMPLETED", "FAILED", "HALTED"):
-            return LearnerObservation(lid, phase, exit_code, message, phases)
-        if not _belongs(status.get("pid"), training_id, spec_path):
-            return LearnerObservation(lid, "LOST", None, f"learner {lid} stopped reporting (lost)")
-        return LearnerObservation(lid, phase, exit_code, message, phases)
-
     # -- stop and clean up -----------------------------------------------------------------
 
     def stop(self, training_id: str) -> None:
         tdir = self._dir(training_id)
-        state = _read_json(tdir / "state.json")
+        state = local_learners.read_json(tdir / "state.json")
         if state is None:
             return
-        groups = self._process_groups(training_id, state)
+        groups = local_learners.process_groups(training_id, state)
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_seconds + 2.0
-        while time.monotonic() < deadline and any(self._group_alive(g) for g in groups):
+        while time.monotonic() < deadline and any(local_learners.group_alive(g) for g in groups):
             time.sleep(0.05)
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -615,29 +514,6 @@ class LocalBackend:
         net = LearnerNetwork.attach(tdir / "net")
         if net is not None:
             net.destroy()  # whatever the user's commands started inside the namespaces
-
-    @staticmethod
-    def _process_groups(training_id: str, state: dict[str, Any]) -> list[int]:
-        """The process groups of the training's wrappers and commands: only processes that
-        belong to it, whatever a status file says."""
-        groups: list[int] = []
-        for learner in state["learners"]:
-            spec_path = Path(learner["spec"])
-            status = _read_json(spec_path.with_name("status.json")) or {}
-            for key in ("pid", "child_pid"):
-                pid = status.get(key)
-                if _belongs(pid, training_id, spec_path):
-                    assert isinstance(pid, int)
-                    groups.append(pid)
-        return groups
-
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return _pid_alive(pgid)
 
     def cleanup(self, training_id: str) -> None:
         self.stop(training_id)
@@ -661,7 +537,7 @@ class LocalBackend:
         copied, read through service.tenantfs (no link followed, nothing else the user's
         code left there). Called with the learners stopped."""
         tdir = self._dir(training_id)
-        if _read_json(tdir / "state.json") is None:
+        if local_learners.read_json(tdir / "state.json") is None:
             return None
         saved = 0
         for key, ref in tree(tdir / "checkpoints", prefix):
