@@ -80,9 +80,9 @@ from worker.backends.kubernetes.objects import (
     secret_name,
     training_secret,
 )
-from worker.backends.kubernetes.observation import Pod, TrainingPods, observation
+from worker.backends.kubernetes.observation import Pod, TrainingPods, labels, observation
 from worker.backends.kubernetes.pod_groups import PodGroups
-from worker.backends.kubernetes.pod_log_fallback import PodLogFallback, labels
+from worker.backends.kubernetes.pod_log_fallback import PodLogFallback
 from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
 from worker.launchers.plan import Addressing, learner_name_prefix

@@ -35,9 +35,10 @@ class TrainingPods:
         return bool(self.live or self.gone)
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    labels = obj.get("metadata", {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+def labels(obj: dict[str, Any]) -> dict[str, str]:
+    """An object's labels (none where its metadata holds none, or not a mapping)."""
+    found = obj.get("metadata", {}).get("labels")
+    return found if isinstance(found, dict) else {}
 
 
 def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Observation:
@@ -62,7 +63,7 @@ def observation(pods: TrainingPods, now: float, image_pull_timeout: float) -> Ob
         learners[lid] = pod_states.learner_observation(
             pod, now, image_pull_timeout=image_pull_timeout, deleted=gone, learner_id=lid
         )
-        if _labels(pod).get(PRIMARY_LABEL) == "true":
+        if labels(pod).get(PRIMARY_LABEL) == "true":
             primaries.append(lid)
         expected = max(expected, _num_learners(pod))
     # A learner whose pod the cache never saw: not created yet while a start is under way
@@ -92,7 +93,7 @@ def _created_at(pod: Pod) -> float:
 
 
 def _int_label(pod: Pod, name: str) -> int | None:
-    value = _labels(pod).get(name)
+    value = labels(pod).get(name)
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -16,14 +15,10 @@ from service.logs import LogStore
 from service.logs.base import LogRecord
 from worker.backends.kubernetes import pod_logs
 from worker.backends.kubernetes.objects import LEARNER_LABEL
+from worker.backends.kubernetes.observation import labels
 from worker.backends.kubernetes.pod_watch import PodWatch
 
 log = logging.getLogger("worker.backends.kubernetes.backend")
-
-
-def labels(obj: dict[str, Any]) -> dict[str, str]:
-    found = obj.get("metadata", {}).get("labels")
-    return found if isinstance(found, dict) else {}
 
 
 class PodLogFallback:
