@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,mpi,tensorflow
+EXTRAS ?= dev,mpi,tensorflow,onnx
 comma := ,
 # Written by the last install of these extras: newer than pyproject.toml, nothing to reinstall.
 INSTALLED := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))

@@ -31,6 +31,7 @@ BENCHMARKS = [
     "submit_throughput",
     "noisy_neighbour",
     "scoring",
+    "scoring_onnx",
     "ddl_allreduce",
     "k8s",
 ]

@@ -37,12 +37,14 @@ def create_deployment(
         if reached := quotas.check_deployments(tenant.plan, plan, kept):
             raise LimitExceeded(reached.limit, reached.message)
     has_model = store.stat(keys.saved_model_key(training.id)) is not None
+    has_onnx = store.stat(keys.onnx_model_key(training.id)) is not None
     check_deployable(
         training.id,
         training.status,
         training.framework_name,
         has_model,
         native_tensorflow=catalog.native_tensorflow(training.framework_name),
+        has_onnx_model=has_onnx,
     )
     deployment_id = new_id()
     now = utcnow()

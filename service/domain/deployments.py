@@ -4,7 +4,10 @@ The seeds' rule: online deployment (scoring) is supported for native TensorFlow 
 only. Here that means a COMPLETED training of a framework the catalog calls native
 TensorFlow (`Catalog.native_tensorflow`) whose results hold a SavedModel
 (`model/saved_model.pb`); the `serving_default` signature is checked when the model is
-loaded, and a model without one fails to deploy with that reason.
+loaded, and a model without one fails to deploy with that reason. An ONNX model
+(`model/model.onnx`, exported with `torch.onnx.export` or `tf2onnx`) is the one other form
+served, from a COMPLETED training of any framework: it is run by ONNX Runtime, never
+unpickled, and checked by service.domain.onnx_rules before it is loaded.
 """
 
 from __future__ import annotations
@@ -19,14 +22,20 @@ from service.errors import Conflict, FieldError, ValidationFailed
 # Where a training's SavedModel is expected, relative to its results.
 SAVED_MODEL_DIR = "model"
 SAVED_MODEL_FILE = f"{SAVED_MODEL_DIR}/saved_model.pb"
+ONNX_MODEL_FILE = f"{SAVED_MODEL_DIR}/model.onnx"
+# The file whose presence makes a model directory a model, each written last when a model
+# is copied (so its presence means the copy is whole).
+MODEL_MARKERS = ("saved_model.pb", "model.onnx")
 SERVING_SIGNATURE = "serving_default"
 
 EXPORT_GUIDE = "README.md#export-a-savedmodel-from-a-distributed-horovod--ddl-training"
+ONNX_GUIDE = "README.md#deploy-an-onnx-model"
 DEPLOYMENT_RULE = (
-    "online deployment (scoring) is supported for native TensorFlow models only: a "
-    f"COMPLETED training whose results hold a TensorFlow SavedModel ({SAVED_MODEL_FILE} "
-    f"with a '{SERVING_SIGNATURE}' signature); to export one from a distributed "
-    f"(Horovod / DDL) training see {EXPORT_GUIDE}"
+    "online deployment (scoring) takes a COMPLETED training whose results hold a "
+    f"TensorFlow SavedModel ({SAVED_MODEL_FILE} with a '{SERVING_SIGNATURE}' signature, "
+    f"from a native TensorFlow framework) or an ONNX model ({ONNX_MODEL_FILE}, see "
+    f"{ONNX_GUIDE}); to export a SavedModel from a distributed (Horovod / DDL) training "
+    f"see {EXPORT_GUIDE}"
 )
 
 
@@ -53,19 +62,29 @@ def check_deployable(
     has_saved_model: bool,
     *,
     native_tensorflow: bool,
+    has_onnx_model: bool = False,
 ) -> None:
-    """Raise Conflict (not COMPLETED) or ValidationFailed (not a TensorFlow SavedModel),
-    both stating the rule; return when the training can be deployed. `native_tensorflow`:
-    what the catalog says of the training's framework."""
+    """Raise Conflict (not COMPLETED) or ValidationFailed (neither a TensorFlow SavedModel
+    of a native TensorFlow framework nor an ONNX model), both stating the rule; return when
+    the training can be deployed. `native_tensorflow`: what the catalog says of the
+    training's framework."""
     if status != TrainingState.COMPLETED:
         raise Conflict(
             f"training {training_id} is {status}, not COMPLETED; {DEPLOYMENT_RULE}",
             errors=[FieldError("training_id", f"training {training_id} is {status}")],
         )
-    if not native_tensorflow:
-        problem = f"training {training_id} used {framework_name}, not TensorFlow"
-    elif not has_saved_model:
-        problem = f"the results of training {training_id} hold no {SAVED_MODEL_FILE}"
+    if has_onnx_model:
+        return
+    if not has_saved_model:
+        problem = (
+            f"the results of training {training_id} hold no {SAVED_MODEL_FILE} "
+            f"and no {ONNX_MODEL_FILE}"
+        )
+    elif not native_tensorflow:
+        problem = (
+            f"training {training_id} used {framework_name}, not TensorFlow: its "
+            f"{SAVED_MODEL_FILE} is not served; export {ONNX_MODEL_FILE} instead"
+        )
     else:
         return
     raise ValidationFailed(

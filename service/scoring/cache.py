@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from service.domain.deployments import MODEL_MARKERS
 from service.domain.signature import SignatureInfo
 from service.scoring.batching import (
     Arrivals,
@@ -29,8 +30,14 @@ from service.ttlcache import TtlCache
 
 log = logging.getLogger("dlaas.scoring")
 
-# Written last when a model is copied, so its presence means the copy is whole.
-_MARKER = "saved_model.pb"
+# Written last when a model is copied, so its presence means the copy is whole: a
+# SavedModel's graph, or an ONNX model's file.
+_MARKERS = MODEL_MARKERS
+
+
+def has_model(local: Path) -> bool:
+    """Whether `local` holds a whole copy of a model."""
+    return any((local / marker).is_file() for marker in _MARKERS)
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,9 @@ def fetch_tree(store: ObjectStore, prefix: str, dest: Path) -> int:
 
 
 def upload_tree(store: ObjectStore, source: Path, prefix: str) -> None:
-    """Upload `source` under `prefix`, the SavedModel's graph last (see _MARKER)."""
+    """Upload `source` under `prefix`, the model's own file last (see _MARKERS)."""
     files = sorted(p for p in source.rglob("*") if p.is_file())
-    files.sort(key=lambda p: p.relative_to(source).as_posix() == _MARKER)
+    files.sort(key=lambda p: p.relative_to(source).as_posix() in _MARKERS)
     for path in files:
         store.put_file(prefix + path.relative_to(source).as_posix(), path)
 
@@ -177,7 +184,7 @@ class ModelCache:
             if served is not None:
                 return served
             local = self.local_dir(deployment_id)
-            if not (local / _MARKER).is_file():
+            if not has_model(local):
                 shutil.rmtree(local, ignore_errors=True)
                 if not fetch_tree(self.store, model_key, local):
                     raise FileNotFoundError(f"no model is stored under {model_key}")

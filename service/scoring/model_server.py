@@ -1,5 +1,6 @@
-"""The model process: one deployment's SavedModel, loaded and called in a process of its
-own, inside the sandbox (service.scoring.process starts and supervises it).
+"""The model process: one deployment's model (a SavedModel, or an ONNX model through
+onnx_model.py beside this file), loaded and called in a process of its own, inside the
+sandbox (service.scoring.process starts and supervises it).
 
 This file is the whole program of that process, run as a script (`python -I
 model_server.py --model DIR --fd N [--fd N ...]`): it imports the standard library, numpy
@@ -18,7 +19,8 @@ The conversation, on the first socket:
 
 1. scoring service: `{"op": "describe", "attrs": [...]}`; model process: `{"op": "graph",
    "graph": [...]}`, what service.domain.model_ops needs to know of saved_model.pb (parsed,
-   not loaded: no model code has run yet);
+   not loaded: no model code has run yet), or for an ONNX model `{"op": "graph", "format":
+   "onnx", "onnx": {...}}`, what service.domain.onnx_rules needs to know of model.onnx;
 2. scoring service: `{"op": "load"}` (or it closes the sockets: the model is refused);
    model process: `{"op": "ready", "signatures": {...}}` once the model is loaded and its
    `serving_default` called once with zeros, or `{"op": "failed", "error": "..."}`.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import socket
@@ -379,7 +382,7 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {(text.strip().splitlines() or [''])[0]}"[:600]
 
 
-def _serve(model: Model, sock: socket.socket) -> None:
+def _serve(model: Any, sock: socket.socket) -> None:
     try:
         while True:
             header, body = receive(sock)
@@ -398,29 +401,45 @@ def _serve(model: Model, sock: socket.socket) -> None:
     os._exit(0)  # the scoring service is gone, or broke the protocol: nothing to serve
 
 
+def _onnx_half() -> Any:
+    """onnx_model.py, beside this file (the sandbox shows the process these two files)."""
+    path = Path(__file__).with_name("onnx_model.py")
+    spec = importlib.util.spec_from_file_location("dlaas_onnx_model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve one SavedModel over inherited sockets.")
+    parser = argparse.ArgumentParser(description="Serve one model over inherited sockets.")
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--fd", type=int, action="append", required=True)
     args = parser.parse_args(argv)
     sockets = [socket.socket(fileno=fd) for fd in args.fd]
     control = sockets[0]
+    # A directory with model.onnx is an ONNX model (onnx_model.py); else a SavedModel.
+    onnx = _onnx_half() if (args.model / "model.onnx").is_file() else None
     try:
         header, _ = receive(control)
         attrs = [a for a in header.get("attrs", []) if isinstance(a, str)]
         try:
-            graph = describe_graph(args.model, attrs)
+            if onnx is not None:
+                described = {"op": "graph", "format": "onnx", "onnx": onnx.describe(args.model)}
+            else:
+                described = {"op": "graph", "graph": describe_graph(args.model, attrs)}
         except Exception as e:
             send(control, encode({"op": "failed", "error": _first_line(e)}))
             return 1
-        send(control, encode({"op": "graph", "graph": graph}))
+        send(control, encode(described))
         header, _ = receive(control)
         if header.get("op") != "load":
             return 0
     except (Closed, OSError, WireError):
         return 0
     try:
-        model = Model(args.model)
+        model = onnx.OnnxModel(args.model, InputRefused) if onnx is not None else Model(args.model)
         if "serving_default" in model.signatures:
             model.warm_up("serving_default")
     except Exception as e:

@@ -1,14 +1,15 @@
-"""Deployed models run outside the scoring service: each deployment's SavedModel in a
-process of its own (service/scoring/model_server.py), inside the sandbox.
+"""Deployed models run outside the scoring service: each deployment's model (a SavedModel
+or an ONNX model) in a process of its own (service/scoring/model_server.py), inside the
+sandbox.
 
 `ModelProcess` starts one: socket pairs for its connections (nothing to connect to from
 elsewhere), the sandbox of service.sandbox (the model directory and the Python runtime
 read-only, no network, a private /tmp, nothing of DLAAS_HOME or the platform) and an
 environment of a few variables (none of DLAAS_*). Before the model is loaded the process
-describes saved_model.pb and service.domain.model_ops decides whether it may be loaded at
-all. The process is untrusted: what it sends is read as frames of JSON and raw array
-bytes, bounded, and checked against the signatures before anything uses it; nothing of it
-is unpickled.
+describes saved_model.pb (or model.onnx) and service.domain.model_ops (or
+service.domain.onnx_rules) decides whether it may be loaded at all. The process is
+untrusted: what it sends is read as frames of JSON and raw array bytes, bounded, and
+checked against the signatures before anything uses it; nothing of it is unpickled.
 
 `SupervisedModel` keeps one running: when its process exits (a crash, a kill, a call that
 did not end in DLAAS_SCORING_CALL_TIMEOUT) the calls waiting on it and those that follow
@@ -38,7 +39,9 @@ from typing import IO, Any
 import numpy as np
 
 from service import sandbox
+from service.domain import onnx_rules
 from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
+from service.domain.onnx_rules import onnx_refusal
 from service.domain.signature import SignatureInfo, TensorInfo
 from service.errors import DlaasError, ServiceUnavailable
 from service.scoring import model_server
@@ -57,6 +60,8 @@ from service.scoring.model_server import (
 log = logging.getLogger("dlaas.scoring")
 
 SERVER = Path(model_server.__file__).resolve()
+# The ONNX half of the model process's program, which it loads by path (onnx_model.py).
+ONNX_SERVER = SERVER.with_name("onnx_model.py")
 # All the model process's environment. TensorFlow needs no more; DLAAS_* never go in.
 ENVIRONMENT = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -146,7 +151,7 @@ def command(model_dir: Path, fds: list[int], config: ProcessConfig) -> tuple[lis
     if support.bwrap is not None:
         policy = sandbox.SandboxPolicy(
             writable=(),
-            readonly=(*sandbox.runtime_paths(), str(model_dir), str(SERVER)),
+            readonly=(*sandbox.runtime_paths(), str(model_dir), str(SERVER), str(ONNX_SERVER)),
             network=False,
             hidden=config.hidden,
             cwd="/",
@@ -212,6 +217,19 @@ def graphs_from_json(value: Any) -> list[Graph]:
             )
         )
     return graphs
+
+
+def _refusal(header: Mapping[str, Any]) -> str | None:
+    """Why the model the process described may not be loaded (None: it may): a
+    SavedModel's operations (service.domain.model_ops), an ONNX model's domains, external
+    data and types (service.domain.onnx_rules)."""
+    if header.get("format") == "onnx":
+        try:
+            return onnx_refusal(onnx_rules.description_from_json(header.get("onnx")), DTYPES)
+        except ValueError as e:
+            raise WireError(str(e)) from e
+    found = forbidden_op(graphs_from_json(header.get("graph")))
+    return None if found is None else found.message()
 
 
 def _tensor_info(value: Any) -> TensorInfo:
@@ -361,9 +379,9 @@ class ModelProcess:
         try:
             send(control, encode({"op": "describe", "attrs": list(ATTRS_OF_INTEREST)}))
             header = self._expect(control, "graph", deadline, MAX_GRAPH_HEADER)
-            found = forbidden_op(graphs_from_json(header.get("graph")))
-            if found is not None:
-                raise ModelRefused(found.message())
+            refusal = _refusal(header)
+            if refusal is not None:
+                raise ModelRefused(refusal)
             send(control, encode({"op": "load"}))
             header = self._expect(control, "ready", deadline, model_server.MAX_HEADER)
             self.signatures = signatures_from_json(header.get("signatures"))

@@ -31,6 +31,7 @@ from service.db import repository
 from service.deployments import scoring_target
 from service.domain.deployments import (
     DEPLOYMENT_RULE,
+    MODEL_MARKERS,
     SERVING_SIGNATURE,
     DeploymentState,
     ScoringTarget,
@@ -47,7 +48,13 @@ from service.errors import (
 from service.http.auth import authenticate
 from service.platform import Platform
 from service.scoring.batching import ModelUnloaded, Tensors
-from service.scoring.cache import BatchingConfig, ModelCache, fetch_tree, upload_tree
+from service.scoring.cache import (
+    BatchingConfig,
+    ModelCache,
+    fetch_tree,
+    has_model,
+    upload_tree,
+)
 from service.scoring.inputs import ScoringRequest, decode_body, parse_request, render
 from service.scoring.process import ModelInputError, ModelProblem, ProcessConfig
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
@@ -218,16 +225,17 @@ class ScoringService:
             self.platform.store.delete_prefix(keys.deployment_prefix(deployment_id))
 
     def _store_model(self, deployment_id: str, training_id: str, model_key: str) -> None:
-        """Copy the training's SavedModel to the deployment's own place, once."""
+        """Copy the training's model (a SavedModel or model.onnx) to the deployment's own
+        place, once."""
         store = self.platform.store
-        if store.stat(f"{model_key}saved_model.pb") is not None:
+        if any(store.stat(f"{model_key}{marker}") is not None for marker in MODEL_MARKERS):
             return
         local = self.cache.local_dir(deployment_id)
-        if not (local / "saved_model.pb").is_file() and not fetch_tree(
+        if not has_model(local) and not fetch_tree(
             store, keys.saved_model_prefix(training_id), local
         ):
             raise DeployFailed(
-                f"the results of training {training_id} no longer hold a SavedModel "
+                f"the results of training {training_id} no longer hold a model "
                 "(was the training deleted?)"
             )
         upload_tree(store, local, model_key)

@@ -4,6 +4,7 @@ The platform's store:
     trainings/<id>/model_definition.<zip|tar.gz>   the code archive as submitted
     trainings/<id>/results/...                     RESULT_DIR of the learners
     trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable
+    trainings/<id>/results/model/model.onnx        an ONNX model, deployable
     trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
     trainings/<id>/metrics/learner-<i>/tensorboard.json   the scalars of learner i's
@@ -19,7 +20,7 @@ A user's results bucket (the manifest's training_results_reference), WML's layou
 
 from __future__ import annotations
 
-from service.domain.deployments import SAVED_MODEL_DIR, SAVED_MODEL_FILE
+from service.domain.deployments import ONNX_MODEL_FILE, SAVED_MODEL_DIR, SAVED_MODEL_FILE
 
 LEARNER_LOG_NAME = "training-log.txt"
 
@@ -50,6 +51,11 @@ def saved_model_prefix(training_id: str) -> str:
 
 def saved_model_key(training_id: str) -> str:
     return f"{results_prefix(training_id)}{SAVED_MODEL_FILE}"
+
+
+def onnx_model_key(training_id: str) -> str:
+    """Where a training's ONNX model is among its results (beside a SavedModel's files)."""
+    return f"{results_prefix(training_id)}{ONNX_MODEL_FILE}"
 
 
 def metrics_prefix(training_id: str) -> str:

@@ -28,7 +28,7 @@ from tests.conftest import create_tenant, submit
 tf = pytest.importorskip("tensorflow", reason="install the tensorflow extra")
 
 W = np.array([[3.0], [-2.0]], dtype=np.float32)
-RULE = "native TensorFlow models only"
+RULE = "online deployment (scoring) takes a COMPLETED training"
 GUIDE = "README.md#export-a-savedmodel-from-a-distributed-horovod--ddl-training"
 
 
@@ -226,7 +226,7 @@ def test_a_training_without_a_savedmodel_is_refused(
     r = client.post("/v1/deployments", json={"training_id": training_id}, headers=tenant)
     assert r.status_code == 422
     problem = r.json()
-    assert "hold no model/saved_model.pb" in problem["detail"]
+    assert "hold no model/saved_model.pb and no model/model.onnx" in problem["detail"]
     assert RULE in problem["detail"] and GUIDE in problem["detail"]
     assert problem["errors"][0]["field"] == "training_id"
 

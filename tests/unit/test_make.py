@@ -63,7 +63,7 @@ def pip_calls(checkout: Path) -> list[str]:
 def test_a_second_install_does_nothing_until_pyproject_changes(checkout: Path) -> None:
     first = make(checkout, "install")
     assert first.returncode == 0, first.stderr
-    assert pip_calls(checkout) == ["install --quiet -e .[dev,mpi,tensorflow]", SERVING_API]
+    assert pip_calls(checkout) == ["install --quiet -e .[dev,mpi,tensorflow,onnx]", SERVING_API]
 
     second = make(checkout, "install")
     assert second.returncode == 0, second.stderr
@@ -88,7 +88,7 @@ def test_other_extras_are_installed_once_each(checkout: Path) -> None:
     assert pip_calls(checkout) == [
         "install --quiet -e .[dev]",
         SERVING_API,
-        "install --quiet -e .[dev,mpi,tensorflow]",
+        "install --quiet -e .[dev,mpi,tensorflow,onnx]",
         SERVING_API,
     ]
 

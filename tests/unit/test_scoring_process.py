@@ -142,12 +142,13 @@ def test_a_closed_or_silent_socket(pair: tuple[socket.socket, socket.socket]) ->
         receive(b)
 
 
-def test_the_model_program_imports_nothing_of_the_platform() -> None:
-    """It runs in the sandbox, where the platform's files are not; TensorFlow it imports
-    by name, when the process loads the model."""
-    tree = ast.parse(Path(model_server.__file__).read_text())
+@pytest.mark.parametrize("program", ["model_server.py", "onnx_model.py"])
+def test_the_model_program_imports_nothing_of_the_platform(program: str) -> None:
+    """It runs in the sandbox, where the platform's files are not; TensorFlow (or onnx and
+    ONNX Runtime) it imports by name, when the process loads the model."""
+    tree = ast.parse(Path(model_server.__file__).with_name(program).read_text())
     imported = {
-        (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else alias.name
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(tree)
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names

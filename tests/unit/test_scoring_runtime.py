@@ -228,24 +228,38 @@ def test_signatures_survive_json() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "framework", "has_model", "error"),
+    ("status", "framework", "has_model", "has_onnx", "error"),
     [
-        ("COMPLETED", "tensorflow", True, None),
-        ("COMPLETED", "tensorflow-horovod", True, None),
-        ("RUNNING", "tensorflow", True, Conflict),
-        ("FAILED", "tensorflow", True, Conflict),
-        ("COMPLETED", "tensorflow", False, ValidationFailed),
-        ("COMPLETED", "pytorch", True, ValidationFailed),
+        ("COMPLETED", "tensorflow", True, False, None),
+        ("COMPLETED", "tensorflow-horovod", True, False, None),
+        ("RUNNING", "tensorflow", True, False, Conflict),
+        ("FAILED", "tensorflow", True, False, Conflict),
+        ("COMPLETED", "tensorflow", False, False, ValidationFailed),
+        ("COMPLETED", "pytorch", True, False, ValidationFailed),
+        # An ONNX model is served whatever the framework that trained it.
+        ("COMPLETED", "pytorch", False, True, None),
+        ("COMPLETED", "pytorch", True, True, None),
+        ("COMPLETED", "tensorflow", False, True, None),
+        ("RUNNING", "pytorch", False, True, Conflict),
+        ("COMPLETED", "pytorch", False, False, ValidationFailed),
     ],
 )
 def test_what_can_be_deployed(
-    status: str, framework: str, has_model: bool, error: type[Exception] | None
+    status: str, framework: str, has_model: bool, has_onnx: bool, error: type[Exception] | None
 ) -> None:
     native = DEFAULT_CATALOG.native_tensorflow(framework)
+
+    def check() -> None:
+        check_deployable(
+            "t1", status, framework, has_model, native_tensorflow=native, has_onnx_model=has_onnx
+        )
+
     if error is None:
-        check_deployable("t1", status, framework, has_model, native_tensorflow=native)
+        check()
         return
     with pytest.raises(error) as e:
-        check_deployable("t1", status, framework, has_model, native_tensorflow=native)
-    assert "native TensorFlow models only" in str(e.value)
-    assert EXPORT_GUIDE in str(e.value)
+        check()
+    assert "online deployment (scoring) takes a COMPLETED training" in str(e.value)
+    assert EXPORT_GUIDE in str(e.value) and "README.md#deploy-an-onnx-model" in str(e.value)
+    if error is ValidationFailed and framework == "pytorch" and has_model:
+        assert "export model/model.onnx instead" in str(e.value)
