@@ -3,13 +3,15 @@
 The seeds' rule: online deployment (scoring) is supported for native TensorFlow models
 only. Here that means a COMPLETED training of a framework the catalog calls native
 TensorFlow (`Catalog.native_tensorflow`) whose results hold a SavedModel
-(`model/saved_model.pb`); the `serving_default` signature is checked when the model is
+(`model/saved_model.pb`, or TensorFlow Serving's numbered `<n>/saved_model.pb`: see
+service.domain.versions); the `serving_default` signature is checked when the model is
 loaded, and a model without one fails to deploy with that reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from service.domain.signature import SignatureInfo
@@ -24,8 +26,9 @@ SERVING_SIGNATURE = "serving_default"
 EXPORT_GUIDE = "README.md#export-a-savedmodel-from-a-distributed-horovod--ddl-training"
 DEPLOYMENT_RULE = (
     "online deployment (scoring) is supported for native TensorFlow models only: a "
-    f"COMPLETED training whose results hold a TensorFlow SavedModel ({SAVED_MODEL_FILE} "
-    f"with a '{SERVING_SIGNATURE}' signature); to export one from a distributed "
+    f"COMPLETED training whose results hold a TensorFlow SavedModel ({SAVED_MODEL_FILE}, "
+    f"or TensorFlow Serving's numbered <version>/saved_model.pb directories, with a "
+    f"'{SERVING_SIGNATURE}' signature); to export one from a distributed "
     f"(Horovod / DDL) training see {EXPORT_GUIDE}"
 )
 
@@ -39,9 +42,33 @@ class DeploymentState(StrEnum):
 @dataclass(frozen=True)
 class ScoringTarget:
     """What a prediction request needs to know of its READY deployment, detached from the
-    database."""
+    database: the version it is for (`version`, whose model and signatures `model_key` and
+    `signatures` are), and every version's state and the labels, from which a request's
+    version is resolved (service.scoring.versions.resolve_version)."""
 
     id: str
+    model_key: str
+    signatures: dict[str, SignatureInfo]
+    version: int = 1
+    versions: Mapping[int, VersionTarget] = field(default_factory=dict)
+    labels: Mapping[str, int] = field(default_factory=dict)
+
+    def at(self, version: int) -> ScoringTarget:
+        """This deployment's target for one of its versions."""
+        if version == self.version:
+            return self
+        chosen = self.versions[version]
+        return replace(
+            self, version=version, model_key=chosen.model_key, signatures=chosen.signatures
+        )
+
+
+@dataclass(frozen=True)
+class VersionTarget:
+    """One version of a deployment as scoring sees it."""
+
+    version: int
+    state: str
     model_key: str
     signatures: dict[str, SignatureInfo]
 
@@ -65,7 +92,10 @@ def check_deployable(
     if not native_tensorflow:
         problem = f"training {training_id} used {framework_name}, not TensorFlow"
     elif not has_saved_model:
-        problem = f"the results of training {training_id} hold no {SAVED_MODEL_FILE}"
+        problem = (
+            f"the results of training {training_id} hold no {SAVED_MODEL_FILE} "
+            "(nor <version>/saved_model.pb)"
+        )
     else:
         return
     raise ValidationFailed(
