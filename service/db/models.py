@@ -201,7 +201,8 @@ class DeploymentVersion(Base):
     )
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     training_id: Mapped[str] = mapped_column(String(32))
-    # Where the SavedModel came from (a prefix of the training's results) and where the
+    # Where the SavedModel came from (a prefix of the training's results; '' for the
+    # training's model/, the version 1 of a deployment made before versions) and where the
     # deployment's own copy is.
     source_key: Mapped[str] = mapped_column(String(512))
     model_key: Mapped[str] = mapped_column(String(512))

@@ -219,8 +219,11 @@ def deployment_outcome(
     states: Mapping[int, VersionState], messages: Mapping[int, str | None]
 ) -> tuple[str, str | None] | None:
     """How a DEPLOYING deployment's first versions ended: ("READY", None) when any loaded,
-    ("FAILED", the reasons) when none did, None while any is still loading."""
-    if not states or any(s is VersionState.DEPLOYING for s in states.values()):
+    ("FAILED", the reasons) when none did (or it holds none), None while any is still
+    loading."""
+    if not states:
+        return "FAILED", "the deployment holds no version to load"
+    if any(s is VersionState.DEPLOYING for s in states.values()):
         return None
     if any(s.loaded for s in states.values()):
         return "READY", None

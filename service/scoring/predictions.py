@@ -68,8 +68,8 @@ router = APIRouter(tags=["deployments"])
 
 
 _VERSION_DOC = (
-    "The version to answer with (GET /v1/deployments/{id}/versions); default: the one the "
-    "'stable' label points at where it is set, else the latest loaded version."
+    "The version to answer with (a number the deployment's versions list); default: the "
+    "one the 'stable' label points at where it is set, else the latest loaded version."
 )
 _LABEL_DOC = "A label (stable, canary, ...) naming the version to answer with."
 

@@ -283,6 +283,9 @@ class ScoringService:
         if store.stat(f"{model_key}saved_model.pb") is not None:
             return
         local = self.cache.local_dir(key)
+        # '': version 1 of a deployment made before versions (migration 0007) came from the
+        # training's model/ SavedModel.
+        source = source or keys.saved_model_prefix(training_id)
         if not (local / "saved_model.pb").is_file() and not fetch_tree(store, source, local):
             raise DeployFailed(
                 f"the results of training {training_id} no longer hold a SavedModel "

@@ -56,7 +56,8 @@ def test_migrations_build_the_models_schema(empty_database: str) -> None:
 
 def test_existing_deployments_become_their_version_1(empty_database: str) -> None:
     """0007: each deployment made before versions is its version 1, in its state, served
-    from its model_key; a FAILED one keeps its reason."""
+    from its model_key (its source: the training's model/, which '' stands for); a FAILED
+    one keeps its reason."""
     engine = make_engine(empty_database)
     try:
         upgrade(engine, "0006")
@@ -103,7 +104,7 @@ def test_existing_deployments_become_their_version_1(empty_database: str) -> Non
                 "d1",
                 1,
                 "tr1",
-                "trainings/tr1/results/model/",
+                "",
                 "deployments/d1/model/",
                 "READY",
                 None,
@@ -113,7 +114,7 @@ def test_existing_deployments_become_their_version_1(empty_database: str) -> Non
                 "d2",
                 1,
                 "tr1",
-                "trainings/tr1/results/model/",
+                "",
                 "deployments/d2/model/",
                 "FAILED",
                 "no serving_default",

@@ -221,7 +221,7 @@ def test_versions_loaded_at_once_are_bounded() -> None:
         ({1: F, 2: R}, {1: "bad"}, ("READY", None)),
         ({1: F}, {1: "no serving_default"}, ("FAILED", "no serving_default")),
         ({1: F, 2: F}, {1: "a", 2: "b"}, ("FAILED", "version 1: a; version 2: b")),
-        ({}, {}, None),
+        ({}, {}, ("FAILED", "the deployment holds no version to load")),
     ],
 )
 def test_deployment_outcome(

@@ -50,9 +50,9 @@ def upgrade() -> None:
     op.execute(
         "INSERT INTO deployment_versions (deployment_id, version, training_id, source_key, "
         "model_key, state, status_message, signatures, created_at, updated_at, loaded_at) "
-        # The training's SavedModel as service.storage.keys named it when this ran.
-        "SELECT id, 1, training_id, 'trainings/' || training_id || '/results/model/', "
-        "model_key, status, "
+        # source_key '': the training's model/ SavedModel, where every deployment made
+        # before versions came from (the scoring service reads it as keys.saved_model_prefix).
+        "SELECT id, 1, training_id, '', model_key, status, "
         "CASE WHEN status = 'READY' THEN NULL ELSE status_message END, signatures, "
         "created_at, updated_at, ready_at FROM deployments"
     )
