@@ -78,6 +78,12 @@ def _reason(error: BaseException) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
+def _retarget(target: ScoringTarget, version: int | None, label: str | None) -> ScoringTarget:
+    if version is None and label is None:
+        return target
+    return target.at(resolve_version(target, version, label))
+
+
 class ScoringService:
     def __init__(self, platform: Platform) -> None:
         settings = platform.settings
@@ -382,8 +388,13 @@ class ScoringService:
         target: ScoringTarget,
         body: bytes,
         arrived: Callable[[], None] | None = None,
+        *,
+        version: int | None = None,
+        label: str | None = None,
     ) -> tuple[dict[str, Any], RateDecision]:
-        """The answer to a prediction request, and the rate limit it was counted against."""
+        """The answer to a prediction request, and the rate limit it was counted against;
+        `version` or `label` as in `score`."""
+        target = _retarget(target, version, label)
         request = parse_request(decode_body(body), target.signatures)
         outputs, decision = await self.score(tenant, request, target, arrived)
         return render(request, outputs), decision
@@ -394,9 +405,15 @@ class ScoringService:
         request: ScoringRequest,
         target: ScoringTarget,
         arrived: Callable[[], None] | None = None,
+        *,
+        version: int | None = None,
+        label: str | None = None,
     ) -> tuple[dict[str, np.ndarray], RateDecision]:
         """The model's outputs for a checked request, within the tenant's rate limit (the
-        one path of REST and gRPC predictions), and the limit it was counted against."""
+        one path of REST and gRPC predictions), and the limit it was counted against. The
+        target's version answers (`caller` resolved the one the request asked for), or the
+        one `version` or `label` names, where given (`resolve_version`)."""
+        target = _retarget(target, version, label)
         limit = self.plan_limit(tenant)
         if request.rows > limit:
             field = f"/{request.form}"
