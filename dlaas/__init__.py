@@ -35,6 +35,7 @@ from dlaas.errors import (
 from dlaas.models import (
     ApiKey,
     Deployment,
+    DeploymentVersion,
     MetricPoint,
     Page,
     ResultFile,
@@ -44,6 +45,7 @@ from dlaas.models import (
     Training,
     Usage,
     Use,
+    VersionList,
 )
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "Deployment",
+    "DeploymentVersion",
     "DlaasError",
     "FieldError",
     "Forbidden",
@@ -73,6 +76,7 @@ __all__ = [
     "Usage",
     "Use",
     "ValidationError",
+    "VersionList",
     "WaitTimeout",
     "__version__",
 ]

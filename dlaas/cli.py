@@ -45,7 +45,7 @@ from typer.models import CommandFunctionType
 from dlaas.client import Client, ProgressCallback
 from dlaas.config import dlaas_home
 from dlaas.errors import ApiError, ConnectionFailed, DlaasError
-from dlaas.models import ApiKey, Deployment, Signature, Tenant, Tensor, Training
+from dlaas.models import ApiKey, Tenant, Training
 from dlaas.tensorboard import (
     LogDirMirror,
     start_tensorboard,
@@ -728,183 +728,6 @@ def download(
         out.print(f"  ... and {len(relative) - 20} more")
 
 
-# -- deployments ---------------------------------------------------------------------------
-
-
-def _show_deployment(deployment: Deployment) -> None:
-    message = f"  {escape(deployment.status_message)}" if deployment.status_message else ""
-    name = f" ({escape(deployment.name)})" if deployment.name else ""
-    out.print(
-        f"Deployment [bold]{escape(deployment.id)}[/]{name} of training "
-        f"{escape(deployment.training_id)}: {_status(deployment.status)}{message}"
-    )
-
-
-@app.command()
-def deploy(
-    ctx: typer.Context,
-    training_id: Annotated[str, typer.Argument(metavar="TRAINING_ID")],
-    name: Annotated[str | None, typer.Option(help="A name for the deployment.")] = None,
-    wait: Annotated[bool, typer.Option(help="Wait until it is READY (or FAILED).")] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for READY.")] = 300.0,
-    json_: JsonFlag = False,
-) -> None:
-    """Deploy a completed training's SavedModel for online scoring."""
-    _session(ctx).json = json_
-    with _client(ctx) as client:
-        deployment = client.deployments.create(training_id, name=name)
-        if wait and not deployment.final:
-            with _spinner(f"deploying {deployment.id}"):
-                deployment = client.deployments.wait(deployment.id, timeout)
-    if json_:
-        _emit(deployment.raw)
-    else:
-        _show_deployment(deployment)
-        if deployment.ready:
-            out.print(f"Score with: dlaas predict {deployment.id} --input FILE")
-    if deployment.status == "FAILED":
-        raise SystemExit(1)
-
-
-def _read_instances(source: str) -> list[Any]:
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
-        document = json.loads(text)
-    except ValueError as e:
-        raise typer.BadParameter(f"not JSON: {e}", param_hint="--input") from None
-    if isinstance(document, dict) and isinstance(document.get("instances"), list):
-        return list(document["instances"])
-    if isinstance(document, list):
-        return document
-    raise typer.BadParameter(
-        'expected {"instances": [...]} or a JSON list of instances', param_hint="--input"
-    )
-
-
-@app.command()
-def predict(
-    ctx: typer.Context,
-    deployment_id: Annotated[str, typer.Argument(metavar="DEPLOYMENT_ID")],
-    input_: Annotated[
-        str,
-        typer.Option(
-            "--input",
-            "-i",
-            help='A JSON file: an object whose "instances" is the list of instances, or '
-            "that list alone; - for stdin.",
-        ),
-    ],
-    json_: JsonFlag = False,
-) -> None:
-    """Score instances with a deployed model; prints the predictions."""
-    _session(ctx).json = json_
-    instances = _read_instances(input_)
-    with _client(ctx) as client:
-        predictions = client.deployments.predict(deployment_id, instances)
-    if json_:
-        _emit({"predictions": predictions})
-        return
-    if isinstance(predictions, list) and len(predictions) == len(instances):
-        table = Table(box=None, header_style="bold")
-        table.add_column("INPUT")
-        table.add_column("PREDICTION")
-        for instance, prediction in zip(instances, predictions, strict=True):
-            table.add_row(escape(json.dumps(instance)), escape(json.dumps(prediction)))
-        out.print(table)
-    else:
-        out.print_json(data=predictions)
-
-
-@deployments_app.command("list")
-def deployments_list(ctx: typer.Context, json_: JsonFlag = False) -> None:
-    """Your deployments."""
-    _session(ctx).json = json_
-    with _client(ctx) as client:
-        found = client.deployments.list()
-    if json_:
-        _emit({"items": [d.raw for d in found]})
-        return
-    if not found:
-        out.print("No deployments. Deploy a completed training with: dlaas deploy TRAINING_ID")
-        return
-    table = _listing("ID", "NAME", "TRAINING", "STATUS", "AGE")
-    now = datetime.now(UTC)
-    for d in found:
-        table.add_row(
-            escape(d.id),
-            _cut(d.name or ""),
-            escape(d.training_id),
-            _status(d.status),
-            _age(d.created_at, now),
-        )
-    out.print(table)
-
-
-@deployments_app.command("show")
-def deployments_show(
-    ctx: typer.Context,
-    deployment_id: Annotated[str, typer.Argument(metavar="ID")],
-    json_: JsonFlag = False,
-) -> None:
-    """A deployment's status and, once READY, its signature: the inputs a prediction
-    sends and the outputs it gets, with their dtypes and shapes."""
-    _session(ctx).json = json_
-    with _client(ctx) as client:
-        deployment = client.deployments.get(deployment_id)
-    if json_:
-        _emit(deployment.raw)
-        return
-    _show_deployment(deployment)
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="dim")
-    grid.add_column()
-    grid.add_row("created", _when(deployment.created_at))
-    grid.add_row("ready", _when(deployment.ready_at))
-    out.print(grid)
-    if deployment.signature is not None:
-        out.print(_signature_table("Signature serving_default", deployment.signature))
-    others = sorted(name for name in deployment.signatures if name != "serving_default")
-    if others:
-        out.print(
-            "Other signatures (a prediction names one with signature_name): "
-            + escape(", ".join(others))
-        )
-
-
-def _shape(tensor: Tensor) -> str:
-    """A tensor's shape as TensorFlow prints it: `(None, 2)`, None for any size."""
-    if tensor.shape is None:
-        return "unknown rank"
-    dims = ["None" if d is None else str(d) for d in tensor.shape]
-    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
-
-
-def _signature_table(title: str, signature: Signature) -> Table:
-    table = Table(title=title, title_justify="left", box=None, header_style="bold")
-    for column in ("", "NAME", "DTYPE", "SHAPE"):
-        table.add_column(column, no_wrap=column != "NAME")
-    for kind, tensors in (("input", signature.inputs), ("output", signature.outputs)):
-        for t in tensors:
-            table.add_row(kind, escape(t.name), escape(t.dtype), _shape(t))
-    return table
-
-
-@deployments_app.command("delete")
-def deployments_delete(
-    ctx: typer.Context,
-    deployment_id: Annotated[str, typer.Argument(metavar="ID")],
-    json_: JsonFlag = False,
-) -> None:
-    """Remove a deployment."""
-    _session(ctx).json = json_
-    with _client(ctx) as client:
-        client.deployments.delete(deployment_id)
-    if json_:
-        _emit({"id": deployment_id, "deleted": True})
-    else:
-        out.print(f"Deleted deployment {escape(deployment_id)}")
-
-
 @app.command()
 def usage(ctx: typer.Context, json_: JsonFlag = False) -> None:
     """Your use against your plan's limits."""
@@ -1091,5 +914,10 @@ def keys_revoke(
         out.print(f"Revoked API key {escape(key_id)} of tenant {escape(tenant_id)}")
 
 
-if __name__ == "__main__":
-    app()
+# The deployments' commands register themselves on `app` and `deployments_app`.
+from dlaas import cli_deployments  # noqa: E402, F401
+
+if __name__ == "__main__":  # python -m dlaas.cli: the module as imported holds every command
+    from dlaas.cli import app as registered
+
+    registered()

@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ import httpx
 
 from dlaas import __version__
 from dlaas.config import DEFAULT_URL, load_config
+from dlaas.deployments import Deployments
 from dlaas.errors import (
     ApiError,
     ConnectionFailed,
@@ -48,7 +49,6 @@ from dlaas.errors import (
 )
 from dlaas.models import (
     ApiKey,
-    Deployment,
     MetricPoint,
     Page,
     ResultFile,
@@ -594,70 +594,6 @@ class Trainings:
                         progress(done, total)
             except httpx.HTTPError as e:
                 raise self._client._connection_failed(e) from e
-
-
-class Deployments:
-    """`client.deployments`: serve a training's SavedModel and score inputs with it."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def create(self, training_id: str, *, name: str | None = None) -> Deployment:
-        """Deploy a COMPLETED training's SavedModel: `POST /v1/deployments`.
-
-        Returns the deployment, usually DEPLOYING (`wait` for READY). Raises `NotFound` for
-        an unknown training, `Conflict`/`ValidationError` if it has no servable model.
-        """
-        body: dict[str, Any] = {"training_id": training_id}
-        if name:
-            body["name"] = name
-        return Deployment.from_json(self._client._json("POST", "/v1/deployments", json=body))
-
-    def list(self) -> builtins.list[Deployment]:
-        """The tenant's deployments: `GET /v1/deployments`."""
-        data = self._client._json("GET", "/v1/deployments")
-        return [Deployment.from_json(item) for item in data["items"]]
-
-    def get(self, deployment_id: str) -> Deployment:
-        """The deployment now: `GET /v1/deployments/{id}`. Raises `NotFound`."""
-        return Deployment.from_json(self._client._json("GET", f"/v1/deployments/{deployment_id}"))
-
-    def wait(
-        self, deployment_id: str, timeout: float | None = None, *, poll_interval: float = 0.5
-    ) -> Deployment:
-        """Wait until the deployment is READY or FAILED and return it (a FAILED one is
-        returned, not raised: check `.ready`). Raises `WaitTimeout` after `timeout` seconds,
-        `NotFound`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            deployment = self.get(deployment_id)
-            if deployment.final:
-                return deployment
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(
-                    f"deployment {deployment_id} is still {deployment.status} after {timeout} s",
-                    deployment,
-                )
-            time.sleep(poll_interval)
-
-    def predict(self, deployment_id: str, instances: Sequence[Any] | Any) -> Any:
-        """Score `instances` with the deployed model: `POST /v1/deployments/{id}/predictions`
-        with the TensorFlow Serving body `{"instances": [...]}`; returns the `predictions`
-        (one per instance). `instances` is a list (or anything with `tolist()`, like a numpy
-        array). Raises `ValidationError` for inputs the model's signature refuses,
-        `Conflict` if the deployment is not READY, `RateLimited` above the plan's rate."""
-        if hasattr(instances, "tolist"):
-            instances = instances.tolist()
-        data = self._client._json(
-            "POST",
-            f"/v1/deployments/{deployment_id}/predictions",
-            json={"instances": list(instances)},
-        )
-        return data["predictions"]
-
-    def delete(self, deployment_id: str) -> None:
-        """Remove the deployment: `DELETE /v1/deployments/{id}`. Raises `NotFound`."""
-        self._client._request("DELETE", f"/v1/deployments/{deployment_id}")
 
 
 class Tenants:

@@ -44,6 +44,10 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 @dataclass(frozen=True)
 class Framework:
     name: str
@@ -368,9 +372,67 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class DeploymentVersion:
+    """One version of a deployment: DEPLOYING, then READY (loaded) or FAILED; UNLOADED
+    once unloaded. `labels` are the labels that point at it."""
+
+    version: int
+    training_id: str
+    state: str
+    status_message: str | None = None
+    labels: tuple[str, ...] = ()
+    created_at: datetime | None = None
+    loaded_at: datetime | None = None
+    unloaded_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeploymentVersion:
+        return cls(
+            version=int(data["version"]),
+            training_id=str(data.get("training_id", "")),
+            state=str(data["state"]),
+            status_message=_str_or_none(data.get("status_message")),
+            labels=tuple(str(x) for x in data.get("labels") or ()),
+            created_at=_time(data.get("created_at")),
+            loaded_at=_time(data.get("loaded_at")),
+            unloaded_at=_time(data.get("unloaded_at")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class VersionList:
+    """A deployment's versions (by number), its labels (label -> version) and the version
+    a request that names none gets."""
+
+    items: tuple[DeploymentVersion, ...]
+    labels: dict[str, int]
+    default_version: int | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def version(self, number: int) -> DeploymentVersion:
+        for item in self.items:
+            if item.version == number:
+                return item
+        raise KeyError(number)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VersionList:
+        return cls(
+            items=tuple(DeploymentVersion.from_json(v) for v in data.get("items") or ()),
+            labels={str(k): int(v) for k, v in (data.get("labels") or {}).items()},
+            default_version=_int_or_none(data.get("default_version")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
 class Deployment:
     """An online deployment of a training's SavedModel: DEPLOYING, then READY or FAILED.
-    `signature` is the `serving_default` one once READY; `signatures` every one, by name."""
+    `signature` is the `serving_default` one once READY (of the default version);
+    `signatures` every one, by name; `versions`, `labels` and `default_version` say which
+    versions it holds and which one a request that names none gets."""
 
     id: str
     training_id: str
@@ -381,6 +443,9 @@ class Deployment:
     ready_at: datetime | None = None
     signature: Signature | None = None
     signatures: dict[str, Signature] = field(default_factory=dict, compare=False)
+    versions: tuple[DeploymentVersion, ...] = field(default=(), compare=False)
+    labels: dict[str, int] = field(default_factory=dict, compare=False)
+    default_version: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -407,5 +472,8 @@ class Deployment:
             signatures={
                 str(n): Signature.from_json(s) for n, s in (data.get("signatures") or {}).items()
             },
+            versions=tuple(DeploymentVersion.from_json(v) for v in data.get("versions") or ()),
+            labels={str(k): int(v) for k, v in (data.get("labels") or {}).items()},
+            default_version=_int_or_none(data.get("default_version")),
             raw=data,
         )

@@ -1,24 +1,62 @@
 """What the API does with deployments: accept one (checking the rule), find the one a
-prediction is for, delete one. No TensorFlow here: the model is loaded by the scoring
-service (service.scoring), in this process or in its own.
+prediction is for, delete one; add versions, point labels at them, unload them. No
+TensorFlow here: the models are loaded by the scoring service (service.scoring), in this
+process or in its own.
 
 Services never commit; the request that calls them owns the transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+
 from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
 from service.db import repository
-from service.db.models import Deployment, Training, utcnow
-from service.domain import quotas
+from service.db.models import Deployment, DeploymentLabel, DeploymentVersion, Training, utcnow
+from service.domain import quotas, versions
 from service.domain.catalog import Catalog
-from service.domain.deployments import DeploymentState, ScoringTarget, check_deployable
+from service.domain.deployments import (
+    DeploymentState,
+    ScoringTarget,
+    VersionTarget,
+    check_deployable,
+)
 from service.domain.signature import signatures_from_json
-from service.errors import Conflict, LimitExceeded, NotFound
+from service.domain.versions import VersionState
+from service.errors import Conflict, FieldError, LimitExceeded, NotFound, ValidationFailed
 from service.storage import keys
 from service.storage.base import ObjectStore
+
+
+def training_exports(store: ObjectStore, training_id: str) -> dict[int, str]:
+    """The SavedModels a training's results export: version -> its store prefix."""
+    results = keys.results_prefix(training_id)
+    if _has_onnx(store, training_id) or store.stat(keys.saved_model_key(training_id)) is not None:
+        found = {1: keys.saved_model_prefix(training_id)[len(results) :]}
+    else:
+        found = versions.exported_versions(info.key[len(results) :] for info in store.list(results))
+    return {n: results + directory for n, directory in found.items()}
+
+
+def _has_onnx(store: ObjectStore, training_id: str) -> bool:
+    """Whether a training's results hold model/model.onnx (version 1, whatever trained it)."""
+    return store.stat(keys.onnx_model_key(training_id)) is not None
+
+
+def _checked_exports(store: ObjectStore, catalog: Catalog, training: Training) -> dict[int, str]:
+    exports = training_exports(store, training.id)
+    check_deployable(
+        training.id,
+        training.status,
+        training.framework_name,
+        bool(exports),
+        native_tensorflow=catalog.native_tensorflow(training.framework_name),
+        has_onnx_model=_has_onnx(store, training.id),
+    )
+    return exports
 
 
 def create_deployment(
@@ -36,18 +74,16 @@ def create_deployment(
         kept = repository.tenant_deployment_count(session, tenant.id)
         if reached := quotas.check_deployments(tenant.plan, plan, kept):
             raise LimitExceeded(reached.limit, reached.message)
-    has_model = store.stat(keys.saved_model_key(training.id)) is not None
-    has_onnx = store.stat(keys.onnx_model_key(training.id)) is not None
-    check_deployable(
-        training.id,
-        training.status,
-        training.framework_name,
-        has_model,
-        native_tensorflow=catalog.native_tensorflow(training.framework_name),
-        has_onnx_model=has_onnx,
-    )
+    exports = _checked_exports(store, catalog, training)
+    if len(exports) > versions.MAX_LOADED_VERSIONS:
+        problem = (
+            f"the results of training {training.id} export {len(exports)} versions; a "
+            f"deployment loads at most {versions.MAX_LOADED_VERSIONS} at once"
+        )
+        raise ValidationFailed([FieldError("training_id", problem)], detail=problem)
     deployment_id = new_id()
     now = utcnow()
+    latest = max(exports)
     deployment = Deployment(
         id=deployment_id,
         tenant_id=tenant.id,
@@ -55,13 +91,129 @@ def create_deployment(
         name=name or training.name,
         status=DeploymentState.DEPLOYING,
         status_message="loading the model",
-        model_key=keys.deployment_model_prefix(deployment_id),
+        model_key=keys.deployment_version_prefix(deployment_id, latest),
         created_at=now,
         updated_at=now,
     )
     session.add(deployment)
     session.flush()
+    for number, source in exports.items():
+        session.add(_new_version(deployment_id, number, training.id, source, now))
+    session.flush()
     return deployment
+
+
+def _new_version(
+    deployment_id: str, number: int, training_id: str, source: str, now: datetime
+) -> DeploymentVersion:
+    return DeploymentVersion(
+        deployment_id=deployment_id,
+        version=number,
+        training_id=training_id,
+        source_key=source,
+        model_key=keys.deployment_version_prefix(deployment_id, number),
+        state=VersionState.DEPLOYING,
+        status_message="loading the model",
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _states(rows: Sequence[DeploymentVersion]) -> dict[int, VersionState]:
+    return {row.version: VersionState(row.state) for row in rows}
+
+
+def _labels(rows: Sequence[DeploymentLabel]) -> dict[str, int]:
+    return {row.label: row.version for row in rows}
+
+
+def _locked(session: Session, deployment: Deployment) -> None:
+    """Take the deployment's row lock: its versions and labels change one request at a
+    time."""
+    repository.lock_deployment(session, deployment.id)
+
+
+def add_version(
+    session: Session,
+    store: ObjectStore,
+    catalog: Catalog,
+    deployment: Deployment,
+    training: Training,
+) -> DeploymentVersion:
+    """Insert the deployment's next version DEPLOYING, from `training`'s SavedModel (its
+    highest version where it exports several); a scoring service loads it. The rules of a
+    first deployment apply (check_deployable), the deployment must be READY, and it may
+    load only so many versions at once."""
+    _locked(session, deployment)
+    if deployment.status != DeploymentState.READY:
+        raise Conflict(
+            f"deployment {deployment.id} is {deployment.status}; versions are added to a "
+            "READY deployment",
+            errors=[FieldError("/training_id", f"deployment {deployment.id} is not READY")],
+        )
+    exports = _checked_exports(store, catalog, training)
+    rows = repository.deployment_versions(session, deployment.id)
+    versions.check_addable(deployment.id, _states(rows))
+    number = versions.next_version(row.version for row in rows)
+    version = _new_version(
+        deployment.id, number, training.id, versions.latest_export(exports), utcnow()
+    )
+    session.add(version)
+    session.flush()
+    return version
+
+
+def set_label(session: Session, deployment: Deployment, label: str, version: int) -> None:
+    """Point `label` at `version` (a loaded one), creating or moving it."""
+    versions.check_label_name(label)
+    _locked(session, deployment)
+    states = _states(repository.deployment_versions(session, deployment.id))
+    versions.check_label_target(deployment.id, states, version)
+    repository.set_label(session, deployment.id, label, version)
+
+
+def delete_label(session: Session, deployment: Deployment, label: str) -> None:
+    _locked(session, deployment)
+    if not repository.delete_label(session, deployment.id, label):
+        raise NotFound(
+            f"deployment {deployment.id} has no label '{label}'",
+            errors=[FieldError("label", f"no label '{label}'")],
+        )
+
+
+def unload_version(
+    session: Session, store: ObjectStore, deployment: Deployment, version: int
+) -> bool:
+    """Record the version UNLOADED and delete its stored copy (scoring processes stop its
+    model process); refused while a label points at it. Returns whether anything
+    changed."""
+    _locked(session, deployment)
+    rows = repository.deployment_versions(session, deployment.id)
+    states = _states(rows)
+    labels = _labels(repository.deployment_labels(session, deployment.id))
+    if not versions.check_unload(deployment.id, states, labels, version):
+        return False
+    row = next(r for r in rows if r.version == version)
+    now = utcnow()
+    row.state = VersionState.UNLOADED
+    row.unloaded_at = now
+    row.updated_at = now
+    session.flush()
+    store.delete_prefix(row.model_key)
+    return True
+
+
+def version_view(
+    session: Session, deployment_id: str
+) -> tuple[list[DeploymentVersion], dict[str, int]]:
+    """A deployment's versions (by number) and labels (label -> version)."""
+    rows = list(repository.deployment_versions(session, deployment_id))
+    return rows, _labels(repository.deployment_labels(session, deployment_id))
+
+
+def default_version(rows: Sequence[DeploymentVersion], labels: dict[str, int]) -> int | None:
+    """The version a request that names none gets now (None when none is loaded)."""
+    return versions.default_version(_states(rows), labels)
 
 
 def owned_deployment(session: Session, tenant: TenantRef, deployment_id: str) -> Deployment:
@@ -91,6 +243,23 @@ def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> S
             f"deployment {deployment_id} is {deployment.status} "
             f"({deployment.status_message}); it answers no predictions"
         )
+    rows, labels = version_view(session, deployment.id)
+    targets = {
+        row.version: VersionTarget(
+            row.version, row.state, row.model_key, signatures_from_json(row.signatures)
+        )
+        for row in rows
+    }
+    chosen = default_version(rows, labels)
+    if chosen is None:
+        raise Conflict(
+            f"deployment {deployment_id} has no loaded version; it answers no predictions"
+        )
     return ScoringTarget(
-        deployment.id, deployment.model_key, signatures_from_json(deployment.signatures)
+        deployment.id,
+        targets[chosen].model_key,
+        targets[chosen].signatures,
+        version=chosen,
+        versions=targets,
+        labels=labels,
     )

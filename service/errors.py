@@ -64,6 +64,14 @@ class NotFound(DlaasError):
     slug = "not-found"
 
 
+class UnknownVersion(NotFound):
+    """A request named a version or a label its deployment does not serve (never was, not
+    loaded, unloaded): 404, and NOT_FOUND on the gRPC API, as TensorFlow Serving answers."""
+
+    title = "Unknown version"
+    slug = "unknown-version"
+
+
 class Conflict(DlaasError):
     status = 409
     title = "Conflict"

@@ -7,7 +7,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api import deployments, logs, metrics, results, tenants, trainings, usage
+from service.api import (
+    deployment_versions,
+    deployments,
+    logs,
+    metrics,
+    results,
+    tenants,
+    trainings,
+    usage,
+)
 from service.api.deps import LoopReads
 from service.api.training_views import TrainingViews
 from service.http import health
@@ -78,6 +87,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     app.include_router(metrics.router)
     app.include_router(results.router)
     app.include_router(deployments.router)
+    app.include_router(deployment_versions.router)
     app.include_router(usage.router)
     ui.install(app)
     return app

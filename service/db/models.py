@@ -188,3 +188,41 @@ class Deployment(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     ready_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class DeploymentVersion(Base):
+    """One numbered version of a deployment: a SavedModel of some training, served by a
+    model process of its own while READY (service.domain.versions)."""
+
+    __tablename__ = "deployment_versions"
+
+    deployment_id: Mapped[str] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    training_id: Mapped[str] = mapped_column(String(32))
+    # Where the SavedModel came from (a prefix of the training's results; '' for the
+    # training's model/, the version 1 of a deployment made before versions) and where the
+    # deployment's own copy is.
+    source_key: Mapped[str] = mapped_column(String(512))
+    model_key: Mapped[str] = mapped_column(String(512))
+    state: Mapped[str] = mapped_column(String(16))
+    status_message: Mapped[str | None] = mapped_column(Text, default=None)
+    signatures: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    loaded_at: Mapped[datetime | None] = mapped_column(default=None)
+    unloaded_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class DeploymentLabel(Base):
+    """A name (`stable`, `canary`, ...) that points at a loaded version of a deployment."""
+
+    __tablename__ = "deployment_labels"
+
+    deployment_id: Mapped[str] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True
+    )
+    label: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -3,7 +3,8 @@
 The seeds' rule: online deployment (scoring) is supported for native TensorFlow models
 only. Here that means a COMPLETED training of a framework the catalog calls native
 TensorFlow (`Catalog.native_tensorflow`) whose results hold a SavedModel
-(`model/saved_model.pb`); the `serving_default` signature is checked when the model is
+(`model/saved_model.pb`, or TensorFlow Serving's numbered `<n>/saved_model.pb`: see
+service.domain.versions); the `serving_default` signature is checked when the model is
 loaded, and a model without one fails to deploy with that reason. An ONNX model
 (`model/model.onnx`, exported with `torch.onnx.export` or `tf2onnx`) is the one other form
 served, from a COMPLETED training of any framework: it is run by ONNX Runtime, never
@@ -12,7 +13,8 @@ unpickled, and checked by service.domain.onnx_rules before it is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from service.domain.signature import SignatureInfo
@@ -32,10 +34,10 @@ EXPORT_GUIDE = "README.md#export-a-savedmodel-from-a-distributed-horovod--ddl-tr
 ONNX_GUIDE = "README.md#deploy-an-onnx-model"
 DEPLOYMENT_RULE = (
     "online deployment (scoring) takes a COMPLETED training whose results hold a "
-    f"TensorFlow SavedModel ({SAVED_MODEL_FILE} with a '{SERVING_SIGNATURE}' signature, "
-    f"from a native TensorFlow framework) or an ONNX model ({ONNX_MODEL_FILE}, see "
-    f"{ONNX_GUIDE}); to export a SavedModel from a distributed (Horovod / DDL) training "
-    f"see {EXPORT_GUIDE}"
+    f"TensorFlow SavedModel ({SAVED_MODEL_FILE}, or TensorFlow Serving's numbered "
+    f"<version>/saved_model.pb directories, with a '{SERVING_SIGNATURE}' signature, from a "
+    f"native TensorFlow framework) or an ONNX model ({ONNX_MODEL_FILE}, see {ONNX_GUIDE}); "
+    f"to export a SavedModel from a distributed (Horovod / DDL) training see {EXPORT_GUIDE}"
 )
 
 
@@ -48,9 +50,33 @@ class DeploymentState(StrEnum):
 @dataclass(frozen=True)
 class ScoringTarget:
     """What a prediction request needs to know of its READY deployment, detached from the
-    database."""
+    database: the version it is for (`version`, whose model and signatures `model_key` and
+    `signatures` are), and every version's state and the labels, from which a request's
+    version is resolved (service.scoring.versions.resolve_version)."""
 
     id: str
+    model_key: str
+    signatures: dict[str, SignatureInfo]
+    version: int = 1
+    versions: Mapping[int, VersionTarget] = field(default_factory=dict)
+    labels: Mapping[str, int] = field(default_factory=dict)
+
+    def at(self, version: int) -> ScoringTarget:
+        """This deployment's target for one of its versions."""
+        if version == self.version:
+            return self
+        chosen = self.versions[version]
+        return replace(
+            self, version=version, model_key=chosen.model_key, signatures=chosen.signatures
+        )
+
+
+@dataclass(frozen=True)
+class VersionTarget:
+    """One version of a deployment as scoring sees it."""
+
+    version: int
+    state: str
     model_key: str
     signatures: dict[str, SignatureInfo]
 
@@ -78,12 +104,12 @@ def check_deployable(
     if not has_saved_model:
         problem = (
             f"the results of training {training_id} hold no {SAVED_MODEL_FILE} "
-            f"and no {ONNX_MODEL_FILE}"
+            f"(nor <version>/saved_model.pb) and no {ONNX_MODEL_FILE}"
         )
     elif not native_tensorflow:
         problem = (
             f"training {training_id} used {framework_name}, not TensorFlow: its "
-            f"{SAVED_MODEL_FILE} is not served; export {ONNX_MODEL_FILE} instead"
+            f"SavedModel is not served; export {ONNX_MODEL_FILE} instead"
         )
     else:
         return

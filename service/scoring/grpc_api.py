@@ -3,13 +3,15 @@ GetModelMetadata) on DLAAS_SCORING_GRPC_PORT, beside the REST predictions.
 
 An unmodified TensorFlow Serving client (`PredictionServiceStub` and a `PredictRequest`)
 calls it: the model name is the deployment id, the signature is picked by name (default
-serving_default) and the tenant's API key travels as `authorization: Bearer <key>`
-metadata. It runs on the scoring app's event loop and scores through the same
-ScoringService as the REST route (the caller and deployment lookup, the rate limit, the
-batchers and model processes), so the numbers and the refusals are the same; a refusal is
-the gRPC status of its HTTP one (`status_code`) with the problem's detail, and a 429's
-Retry-After is trailing metadata (`retry-after`), as are `x-ratelimit-limit` and
-`x-ratelimit-remaining` on every answer. The requests are decoded without TensorFlow
+serving_default), the version by `model_spec.version` or `model_spec.version_label` (the
+default version without either; an unknown one is NOT_FOUND), and the tenant's API key
+travels as `authorization: Bearer <key>` metadata. It runs on the scoring app's event
+loop and scores through the same ScoringService as the REST route (the caller and
+deployment lookup, the rate limit, the batchers and model processes), so the numbers
+and the refusals are the same; a refusal is the gRPC status of its HTTP one
+(`status_code`) with the problem's detail, and a 429's Retry-After is trailing metadata
+(`retry-after`), as are `x-ratelimit-limit` and `x-ratelimit-remaining` on every
+answer. The requests are decoded without TensorFlow
 (`tfs_protos`, `tensors`): a request is one or two copies of its bytes, where REST parses
 JSON numbers one by one, which costs more than the call of a small model.
 """
@@ -118,7 +120,7 @@ class PredictionService:
         scoring = self.scoring
         spec = request.model_spec
         with scoring.arriving(spec.name) as arrived:
-            tenant, target = await scoring.caller(_api_key(context), spec.name)
+            tenant, target = await scoring.caller(_api_key(context), spec.name, *_version(spec))
             signature = signature_of(spec.signature_name, target.signatures)
             wanted = self._outputs(signature, request.output_filter)
             tensors = {}
@@ -135,6 +137,7 @@ class PredictionService:
             outputs, decision = await scoring.score(tenant, checked, target, arrived)
         response = self.messages.PredictResponse()
         response.model_spec.name = target.id
+        response.model_spec.version.value = target.version
         response.model_spec.signature_name = signature.name
         for name in wanted or [n for n in signature.outputs if n in outputs] or sorted(outputs):
             self.codec.to_proto(outputs[name], response.outputs[name])
@@ -160,7 +163,8 @@ class PredictionService:
 
     async def _metadata(self, request: Any, context: aio.ServicerContext) -> Any:
         # The caller first, as for Predict: a bad key is UNAUTHENTICATED whatever it asks.
-        _, target = await self.scoring.caller(_api_key(context), request.model_spec.name)
+        spec = request.model_spec
+        _, target = await self.scoring.caller(_api_key(context), spec.name, *_version(spec))
         fields = list(request.metadata_field)
         if not fields:
             raise InvalidPayload("/metadata_field", f"is empty; ask for '{SIGNATURE_DEF}'")
@@ -180,6 +184,7 @@ class PredictionService:
                 self._tensor_info(info, signature_def.outputs[key])
         response = m.GetModelMetadataResponse()
         response.model_spec.name = target.id
+        response.model_spec.version.value = target.version
         packed = response.metadata[SIGNATURE_DEF]
         packed.type_url = _SIGNATURE_DEF_MAP_URL
         packed.value = defs.SerializeToString()
@@ -195,6 +200,17 @@ class PredictionService:
             return
         for size in info.shape:
             into.tensor_shape.dim.add().size = -1 if size is None else size
+
+
+def _version(spec: Any) -> tuple[int | None, str | None]:
+    """The version a ModelSpec asks for: `version` or `version_label` (a oneof), or
+    neither (the default version)."""
+    chosen = spec.WhichOneof("version_choice")
+    if chosen == "version":
+        return int(spec.version.value), None
+    if chosen == "version_label":
+        return None, str(spec.version_label)
+    return None, None
 
 
 def _parse(message: Any, body: bytes) -> Any:

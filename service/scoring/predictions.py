@@ -11,15 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import httpx
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.db.session import DATABASE_UNAVAILABLE
-from service.errors import DlaasError, ServiceUnavailable
+from service.domain.versions import MAX_VERSION
+from service.errors import BadRequest, DlaasError, FieldError, ServiceUnavailable
 from service.http.auth import caller_key
 from service.http.limits import CallerCheck
 from service.http.problems import database_unavailable, dlaas_problem
@@ -58,7 +59,7 @@ _BODY_DOC: dict[str, Any] = {
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "{predictions}, {outputs} or {fields, values}, as asked"},
     400: {"description": "The payload does not fit the signature (the field is named)"},
-    404: {"description": "No such deployment of the caller's"},
+    404: {"description": "No such deployment of the caller's, or version or label of it"},
     409: {"description": "The deployment is not READY"},
     429: {"description": "Over the plan's predictions per minute; see Retry-After"},
 }
@@ -66,20 +67,48 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["deployments"])
 
 
+_VERSION_DOC = (
+    "The version to answer with (a number the deployment's versions list); default: the "
+    "one the 'stable' label points at where it is set, else the latest loaded version."
+)
+_LABEL_DOC = "A label (stable, canary, ...) naming the version to answer with."
+
+
 @router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
-async def create_prediction(deployment_id: str, request: Request) -> Response:
-    """Score instances with the deployed model."""
+async def create_prediction(
+    deployment_id: str,
+    request: Request,
+    version: Annotated[int | None, Query(ge=1, description=_VERSION_DOC)] = None,
+    label: Annotated[str | None, Query(min_length=1, description=_LABEL_DOC)] = None,
+) -> Response:
+    """Score instances with the deployed model (a version of it: `version` or `label`)."""
     # Declared for the OpenAPI document and for apps without FastPredictions; in the
     # shipped apps FastPredictions answers before routing.
     return await predict(request, deployment_id)
+
+
+def requested_version(request: Request) -> tuple[int | None, str | None]:
+    """The `version` and `label` query parameters (both optional)."""
+    query = request.query_params
+    version, label = query.get("version"), query.get("label")
+    number: int | None = None
+    if version is not None:
+        if not version.isdigit() or not 1 <= int(version) <= MAX_VERSION:
+            message = f"'{version}' is not a version number (an integer from 1)"
+            raise BadRequest(f"version: {message}", errors=[FieldError("version", message)])
+        number = int(version)
+    if label is not None and not label:
+        raise BadRequest("label: is empty", errors=[FieldError("label", "is empty")])
+    return number, label
 
 
 async def predict(request: Request, deployment_id: str) -> Response:
     """The answer to a prediction request. The hot path: no FastAPI dependencies, and no
     worker thread once the caller and the deployment are known."""
     scoring: ScoringService = request.app.state.scoring
+    version, label = requested_version(request) if request.scope["query_string"] else (None, None)
     with scoring.arriving(deployment_id) as arrived:
-        tenant, target = await scoring.caller(caller_key(request), deployment_id)
+        tenant, target = await scoring.caller(caller_key(request), deployment_id, version, label)
         body = await request.body()
         answer, decision = await scoring.predict(tenant, target, body, arrived)
     return Response(
@@ -127,7 +156,12 @@ proxy_router = APIRouter(tags=["deployments"])
 
 
 @proxy_router.post(_PATH, responses=_RESPONSES, openapi_extra=_BODY_DOC)
-async def create_prediction_forwarded(deployment_id: str, request: Request) -> Response:
+async def create_prediction_forwarded(
+    deployment_id: str,
+    request: Request,
+    version: Annotated[int | None, Query(ge=1, description=_VERSION_DOC)] = None,
+    label: Annotated[str | None, Query(min_length=1, description=_LABEL_DOC)] = None,
+) -> Response:
     """Score instances with the deployed model (answered by the scoring service)."""
     client: httpx.AsyncClient = request.app.state.scoring_client
     headers = {k: v for k, v in request.headers.items() if k == "content-type"}
@@ -136,6 +170,7 @@ async def create_prediction_forwarded(deployment_id: str, request: Request) -> R
     try:
         upstream = await client.post(
             _PATH.format(deployment_id=quote(deployment_id, safe="")),
+            params=request.query_params,
             content=await request.body(),
             headers=headers,
         )

@@ -37,13 +37,14 @@ from service.domain.deployments import (
     ScoringTarget,
 )
 from service.domain.signature import signatures_to_json
+from service.domain.versions import VersionState, deployment_outcome
 from service.errors import (
     BadRequest,
     FieldError,
     Forbidden,
-    NotFound,
     ServiceUnavailable,
     TooManyRequests,
+    UnknownVersion,
 )
 from service.http.auth import authenticate
 from service.platform import Platform
@@ -51,6 +52,7 @@ from service.scoring.batching import ModelUnloaded, Tensors
 from service.scoring.cache import (
     BatchingConfig,
     ModelCache,
+    ModelKey,
     fetch_tree,
     has_model,
     upload_tree,
@@ -58,6 +60,7 @@ from service.scoring.cache import (
 from service.scoring.inputs import ScoringRequest, decode_body, parse_request, render
 from service.scoring.process import ModelInputError, ModelProblem, ProcessConfig
 from service.scoring.ratelimit import RateDecision, make_rate_limiter
+from service.scoring.versions import resolve_version
 from service.storage import keys
 from service.ttlcache import TtlCache
 
@@ -81,6 +84,12 @@ def _reason(error: BaseException) -> str:
     first = (str(error).strip().splitlines() or [""])[0]
     text = f"the model could not be loaded: {type(error).__name__}: {first}"
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
+def _retarget(target: ScoringTarget, version: int | None, label: str | None) -> ScoringTarget:
+    if version is None and label is None:
+        return target
+    return target.at(resolve_version(target, version, label))
 
 
 class ScoringService:
@@ -111,8 +120,8 @@ class ScoringService:
         # process stops answering for it within the ttl.
         self.targets: TtlCache[tuple[str, str], tuple[TenantRef, ScoringTarget]] = TtlCache(2.0)
         self._jobs = ThreadPoolExecutor(2, thread_name_prefix="deploy")
-        self._scheduled: set[str] = set()
-        self._preloaded: set[str] = set()
+        self._scheduled: set[ModelKey] = set()
+        self._preloaded: set[ModelKey] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -148,57 +157,86 @@ class ScoringService:
             self._wake.clear()
 
     def reconcile(self) -> None:
-        """Deploy what is DEPLOYING, preload what is READY, unload what is gone."""
+        """Load the versions that are DEPLOYING, preload the loaded versions of READY
+        deployments, unload what is gone or unloaded, and settle deployments whose first
+        versions all finished (a safety net for two processes finishing them at once)."""
         # Only models loaded before the query can be unloaded for not being READY in it.
         with self._lock:
             unloadable = set(self.cache.cached_ids()) - self._scheduled
         with self.platform.sessions() as session:
             deploying = [
-                d.id for d in repository.deployments_in_status(session, DeploymentState.DEPLOYING)
+                (v.deployment_id, v.version) for v in repository.deploying_versions(session)
             ]
             ready = {
-                d.id: d.model_key
-                for d in repository.deployments_in_status(session, DeploymentState.READY)
+                (v.deployment_id, v.version): v.model_key
+                for v in repository.serving_versions(session)
             }
-        for deployment_id in deploying:
-            self._schedule(deployment_id, self.deploy, deployment_id)
-        for deployment_id, model_key in ready.items():
-            if deployment_id not in self._preloaded:
-                self._preloaded.add(deployment_id)
-                self._schedule(deployment_id, self._preload, deployment_id, model_key)
-        for deployment_id in unloadable - set(ready):
-            self._preloaded.discard(deployment_id)
-            self.forget(deployment_id)
+            unsettled = [
+                d.id for d in repository.deployments_in_status(session, DeploymentState.DEPLOYING)
+            ]
+        for key in deploying:
+            self._schedule(key, self.deploy_version, *key)
+        for key, model_key in ready.items():
+            if key not in self._preloaded:
+                self._preloaded.add(key)
+                self._schedule(key, self._preload, key, model_key)
+        for key in unloadable - set(ready):
+            self._preloaded.discard(key)
+            self.forget(*key)
+        pending = {key[0] for key in deploying}
+        for deployment_id in unsettled:
+            if deployment_id not in pending:
+                self._settle(deployment_id)
 
-    def _schedule(self, deployment_id: str, job: Any, *args: str) -> None:
+    def _schedule(self, key: ModelKey, job: Any, *args: Any) -> None:
         with self._lock:
-            if deployment_id in self._scheduled:
+            if key in self._scheduled:
                 return
-            self._scheduled.add(deployment_id)
+            self._scheduled.add(key)
 
         def run() -> None:
             try:
                 job(*args)
             except Exception:
-                log.exception("scoring: job for deployment %s failed", deployment_id)
+                log.exception("scoring: job for deployment %s version %s failed", *key)
             finally:
                 with self._lock:
-                    self._scheduled.discard(deployment_id)
+                    self._scheduled.discard(key)
 
         self._jobs.submit(run)
 
     # ---- deploying ----
 
     def deploy(self, deployment_id: str) -> None:
+        """Load every version of the deployment that is DEPLOYING, one after the other."""
         with self.platform.sessions() as session:
-            deployment = repository.deployment_by_id(session, deployment_id)
-            if deployment is None or deployment.status != DeploymentState.DEPLOYING:
+            numbers = [
+                v.version
+                for v in repository.deployment_versions(session, deployment_id)
+                if v.state == VersionState.DEPLOYING
+            ]
+        for number in numbers:
+            self.deploy_version(deployment_id, number)
+
+    def deploy_version(self, deployment_id: str, number: int) -> None:
+        """Copy a DEPLOYING version's SavedModel to the deployment's place, start its model
+        process, and record the version READY (with its signatures) or FAILED (with the
+        reason); a deployment whose first versions have all finished is READY when one of
+        them loaded, else FAILED."""
+        key = (deployment_id, number)
+        with self.platform.sessions() as session:
+            version = repository.deployment_version(session, deployment_id, number)
+            if version is None or version.state != VersionState.DEPLOYING:
                 return
-            training_id, model_key = deployment.training_id, deployment.model_key
+            training_id, source, model_key = (
+                version.training_id,
+                version.source_key,
+                version.model_key,
+            )
         signatures: dict[str, Any] | None = None
         try:
-            self._store_model(deployment_id, training_id, model_key)
-            served = self.cache.load(deployment_id, model_key, retry=True)
+            self._store_model(key, training_id, source, model_key)
+            served = self.cache.load(key, model_key, retry=True)
             if SERVING_SIGNATURE not in served.signatures:
                 found = ", ".join(served.signatures) or "none"
                 raise DeployFailed(
@@ -206,57 +244,102 @@ class ScoringService:
                     f"{found}); {DEPLOYMENT_RULE}"
                 )
             signatures = signatures_to_json(served.signatures)
-            status, message = DeploymentState.READY, None
+            state, message = VersionState.READY, None
         except Exception as e:
             if self._stop.is_set():  # not the model's fault: another process deploys it
-                log.info("scoring: stopped while deploying %s", deployment_id)
+                log.info("scoring: stopped while deploying %s version %s", *key)
                 return
-            log.warning("scoring: deployment %s failed: %s", deployment_id, e)
-            self.cache.forget(deployment_id)
-            status, message = DeploymentState.FAILED, _reason(e)
+            log.warning("scoring: deployment %s version %s failed: %s", *key, e)
+            self.cache.forget(*key)
+            state, message = VersionState.FAILED, _reason(e)
         with self.platform.sessions() as session:
-            recorded = repository.finish_deploying(
+            recorded = repository.finish_version(
+                session, deployment_id, number, state=state, message=message, signatures=signatures
+            )
+            session.commit()
+            gone = not recorded and repository.deployment_version(session, *key) is None
+        if gone:  # deleted while it was loading: leave nothing behind
+            self.cache.forget(*key)
+            if self._deployment_gone(deployment_id):
+                self.platform.store.delete_prefix(keys.deployment_prefix(deployment_id))
+            return
+        self.targets.forget(lambda cached: cached[1] == deployment_id)
+        self._settle(deployment_id)
+
+    def _deployment_gone(self, deployment_id: str) -> bool:
+        with self.platform.sessions() as session:
+            return repository.deployment_by_id(session, deployment_id) is None
+
+    def _settle(self, deployment_id: str) -> None:
+        """Record a DEPLOYING deployment READY or FAILED once its versions have finished."""
+        with self.platform.sessions() as session:
+            deployment = repository.deployment_by_id(session, deployment_id)
+            if deployment is None or deployment.status != DeploymentState.DEPLOYING:
+                return
+            rows = repository.deployment_versions(session, deployment_id)
+            outcome = deployment_outcome(
+                {v.version: VersionState(v.state) for v in rows},
+                {v.version: v.status_message for v in rows},
+            )
+            if outcome is None:
+                return
+            status, message = outcome
+            loaded = [v for v in rows if v.state == VersionState.READY]
+            signatures = max(loaded, key=lambda v: v.version).signatures if loaded else None
+            repository.finish_deploying(
                 session, deployment_id, status=status, message=message, signatures=signatures
             )
             session.commit()
-            gone = not recorded and repository.deployment_by_id(session, deployment_id) is None
-        if gone:  # deleted while it was loading: leave nothing behind
-            self.cache.forget(deployment_id)
-            self.platform.store.delete_prefix(keys.deployment_prefix(deployment_id))
 
-    def _store_model(self, deployment_id: str, training_id: str, model_key: str) -> None:
+    def _store_model(self, key: ModelKey, training_id: str, source: str, model_key: str) -> None:
         """Copy the training's model (a SavedModel or model.onnx) to the deployment's own
         place, once."""
         store = self.platform.store
         if any(store.stat(f"{model_key}{marker}") is not None for marker in MODEL_MARKERS):
             return
-        local = self.cache.local_dir(deployment_id)
-        if not has_model(local) and not fetch_tree(
-            store, keys.saved_model_prefix(training_id), local
-        ):
+        local = self.cache.local_dir(key)
+        # '': version 1 of a deployment made before versions (migration 0007) came from the
+        # training's model/ SavedModel.
+        source = source or keys.saved_model_prefix(training_id)
+        if not has_model(local) and not fetch_tree(store, source, local):
             raise DeployFailed(
                 f"the results of training {training_id} no longer hold a model "
                 "(was the training deleted?)"
             )
         upload_tree(store, local, model_key)
 
-    def _preload(self, deployment_id: str, model_key: str) -> None:
-        self.cache.load(deployment_id, model_key, retry=True)
+    def _preload(self, key: ModelKey, model_key: str) -> None:
+        self.cache.load(key, model_key, retry=True)
 
-    def report(self, deployment_id: str, message: str) -> None:
-        """What happened to a READY deployment's model process: logged, and kept as its
-        status_message."""
-        log.warning("scoring: deployment %s: %s", deployment_id, message)
+    def report(self, key: ModelKey, message: str) -> None:
+        """What happened to a loaded version's model process: logged, and kept as its
+        status_message (and the deployment's)."""
+        deployment_id, number = key
+        log.warning("scoring: deployment %s version %s: %s", deployment_id, number, message)
         try:
             with self.platform.sessions() as session:
-                repository.note_deployment(session, deployment_id, _reason(ModelProblem(message)))
+                reason = _reason(ModelProblem(message))
+                repository.note_version(session, deployment_id, number, reason)
+                repository.note_deployment(session, deployment_id, reason)
                 session.commit()
         except Exception:
             log.exception("scoring: recording what happened to deployment %s failed", deployment_id)
 
-    def forget(self, deployment_id: str) -> None:
+    def forget(self, deployment_id: str, version: int | None = None) -> None:
+        """Stop serving the deployment (every version, or one) in this process."""
         self.targets.forget(lambda key: key[1] == deployment_id)
-        self.cache.forget(deployment_id)
+        self.cache.forget(deployment_id, version)
+        with self._lock:
+            self._preloaded = {
+                key
+                for key in self._preloaded
+                if key[0] != deployment_id or version not in (None, key[1])
+            }
+
+    def refresh(self, deployment_id: str) -> None:
+        """Read the deployment's versions and labels again at its next request (a label
+        moved, a version was added)."""
+        self.targets.forget(lambda key: key[1] == deployment_id)
 
     # ---- predictions ----
 
@@ -270,22 +353,33 @@ class ScoringService:
     def arriving(self, deployment_id: str) -> Iterator[Callable[[], None]]:
         """Announce a request to the deployment's batchers (see batching.Arrivals) until
         it calls the yielded function, which `predict` does once it has submitted it."""
-        served = self.cache.cached(deployment_id)
-        if served is None:
+        arrivals = self.cache.arrivals(deployment_id)
+        if arrivals is None:
             yield _nothing
             return
-        with served.arrivals.coming() as arrived:
+        with arrivals.coming() as arrived:
             yield arrived
 
-    async def caller(self, key: str, deployment_id: str) -> tuple[TenantRef, ScoringTarget]:
-        """The tenant whose API key `key` is and its READY deployment `deployment_id`:
-        remembered (`targets`), or asked of the database in a worker thread. Raises what
-        the REST and gRPC answers both render (401, 403, 404, 409)."""
+    async def caller(
+        self,
+        key: str,
+        deployment_id: str,
+        version: int | None = None,
+        label: str | None = None,
+    ) -> tuple[TenantRef, ScoringTarget]:
+        """The tenant whose API key `key` is and its READY deployment `deployment_id`,
+        the target of the version the request asks for (`version`, `label`, or neither:
+        see service.scoring.versions.resolve_version): remembered (`targets`), or asked of
+        the database in a worker thread. Raises what the REST and gRPC answers both render
+        (401, 403, 404 also for an unknown version or label, 409)."""
         key_hash = hash_api_key(key)
         found = self.targets.get((key_hash, deployment_id))
         if found is None:
             found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id)
-        return found
+        tenant, target = found
+        if version is None and label is None:  # read for the default version
+            return found
+        return tenant, target.at(resolve_version(target, version, label))
 
     def _authorize(
         self, key: str, key_hash: str, deployment_id: str
@@ -303,8 +397,13 @@ class ScoringService:
         target: ScoringTarget,
         body: bytes,
         arrived: Callable[[], None] | None = None,
+        *,
+        version: int | None = None,
+        label: str | None = None,
     ) -> tuple[dict[str, Any], RateDecision]:
-        """The answer to a prediction request, and the rate limit it was counted against."""
+        """The answer to a prediction request, and the rate limit it was counted against;
+        `version` or `label` as in `score`."""
+        target = _retarget(target, version, label)
         request = parse_request(decode_body(body), target.signatures)
         outputs, decision = await self.score(tenant, request, target, arrived)
         return render(request, outputs), decision
@@ -315,9 +414,15 @@ class ScoringService:
         request: ScoringRequest,
         target: ScoringTarget,
         arrived: Callable[[], None] | None = None,
+        *,
+        version: int | None = None,
+        label: str | None = None,
     ) -> tuple[dict[str, np.ndarray], RateDecision]:
         """The model's outputs for a checked request, within the tenant's rate limit (the
-        one path of REST and gRPC predictions), and the limit it was counted against."""
+        one path of REST and gRPC predictions), and the limit it was counted against. The
+        target's version answers (`caller` resolved the one the request asked for), or the
+        one `version` or `label` names, where given (`resolve_version`)."""
+        target = _retarget(target, version, label)
         limit = self.plan_limit(tenant)
         if request.rows > limit:
             field = f"/{request.form}"
@@ -340,11 +445,15 @@ class ScoringService:
     async def _call(
         self, target: ScoringTarget, request: ScoringRequest, arrived: Callable[[], None]
     ) -> dict[str, np.ndarray]:
-        gone = NotFound(f"deployment {target.id} not found")
-        served = self.cache.cached(target.id)
+        # Deleted, or this version unloaded, since the target was read.
+        gone = UnknownVersion(
+            f"deployment {target.id} not found, or its version {target.version} was unloaded"
+        )
+        key = (target.id, target.version)
+        served = self.cache.cached(*key)
         if served is None:
             try:
-                served = await asyncio.to_thread(self.cache.load, target.id, target.model_key)
+                served = await asyncio.to_thread(self.cache.load, key, target.model_key)
             except FileNotFoundError as e:  # deleted meanwhile
                 raise gone from e
             except ModelProblem as e:
@@ -352,7 +461,7 @@ class ScoringService:
                     f"deployment {target.id} cannot answer now: {_reason(e)}"
                 ) from e
             except Exception as e:
-                log.exception("scoring: loading deployment %s failed", target.id)
+                log.exception("scoring: loading deployment %s version %s failed", *key)
                 raise ServiceUnavailable(
                     f"deployment {target.id} cannot answer now: {_reason(e)}"
                 ) from e

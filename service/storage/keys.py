@@ -3,8 +3,9 @@
 The platform's store:
     trainings/<id>/model_definition.<zip|tar.gz>   the code archive as submitted
     trainings/<id>/results/...                     RESULT_DIR of the learners
-    trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable
-    trainings/<id>/results/model/model.onnx        an ONNX model, deployable
+    trainings/<id>/results/model/saved_model.pb    a SavedModel, deployable (version 1)
+    trainings/<id>/results/model/model.onnx        an ONNX model, deployable (version 1)
+    trainings/<id>/results/<n>/saved_model.pb      TensorFlow Serving's layout: version n
     trainings/<id>/results/learner-<i>/training-log.txt   learner i's output
     trainings/<id>/results/learner-<i>/logs/...    learner i's LOG_DIR
     trainings/<id>/metrics/learner-<i>/tensorboard.json   the scalars of learner i's
@@ -14,6 +15,8 @@ The platform's store:
     trainings/<id>/checkpoints/attempt-<n>/...     CHECKPOINT_DIR as attempt n left it
                                                    (learner-<i>/... for learners with one each)
     deployments/<id>/model/...                     the deployed copy of the SavedModel
+                                                   (deployments made before versions)
+    deployments/<id>/versions/<n>/...              the deployed copy of version n
 A user's results bucket (the manifest's training_results_reference), WML's layout:
     training-<id>/...                              the same tree as trainings/<id>/results/
 """
@@ -143,4 +146,10 @@ def deployment_prefix(deployment_id: str) -> str:
 
 
 def deployment_model_prefix(deployment_id: str) -> str:
+    """Where a deployment made before it held versions keeps its one model (version 1)."""
     return f"{deployment_prefix(deployment_id)}{SAVED_MODEL_DIR}/"
+
+
+def deployment_version_prefix(deployment_id: str, version: int) -> str:
+    """The deployed copy of one version's SavedModel."""
+    return f"{deployment_prefix(deployment_id)}versions/{version}/"

@@ -226,7 +226,10 @@ def test_a_training_without_a_savedmodel_is_refused(
     r = client.post("/v1/deployments", json={"training_id": training_id}, headers=tenant)
     assert r.status_code == 422
     problem = r.json()
-    assert "hold no model/saved_model.pb and no model/model.onnx" in problem["detail"]
+    assert (
+        "hold no model/saved_model.pb (nor <version>/saved_model.pb) and no model/model.onnx"
+        in problem["detail"]
+    )
     assert RULE in problem["detail"] and GUIDE in problem["detail"]
     assert problem["errors"][0]["field"] == "training_id"
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from service.db.models import Base
 from service.db.session import make_engine, upgrade
 from tests.conftest import PG_SERVER
+
+NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
@@ -47,5 +50,76 @@ def test_migrations_build_the_models_schema(empty_database: str) -> None:
         assert diff == [], f"models and migrations disagree: {diff}"
         index_names = {ix["name"] for ix in inspect(engine).get_indexes("trainings")}
         assert "ix_trainings_tenant_created" in index_names
+    finally:
+        engine.dispose()
+
+
+def test_existing_deployments_become_their_version_1(empty_database: str) -> None:
+    """0007: each deployment made before versions is its version 1, in its state, served
+    from its model_key (its source: the training's model/, which '' stands for); a FAILED
+    one keeps its reason."""
+    engine = make_engine(empty_database)
+    try:
+        upgrade(engine, "0006")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tenants (id, name, plan, created_at) "
+                    "VALUES ('t1', 'acme', 'standard', :now)"
+                ),
+                {"now": NOW},
+            )
+            for id_, status, message, signatures, ready in (
+                ("d1", "READY", "restarted", '{"signatures": {}}', NOW),
+                ("d2", "FAILED", "no serving_default", None, None),
+            ):
+                conn.execute(
+                    text(
+                        "INSERT INTO deployments (id, tenant_id, training_id, name, status, "
+                        "status_message, signatures, model_key, created_at, updated_at, "
+                        "ready_at) VALUES (:id, 't1', 'tr1', 'n', :status, :message, "
+                        ":signatures, :key, :now, :now, :ready)"
+                    ),
+                    {
+                        "id": id_,
+                        "status": status,
+                        "message": message,
+                        "signatures": signatures,
+                        "key": f"deployments/{id_}/model/",
+                        "now": NOW,
+                        "ready": ready,
+                    },
+                )
+        upgrade(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT deployment_id, version, training_id, source_key, model_key, state, "
+                    "status_message, loaded_at IS NOT NULL FROM deployment_versions "
+                    "ORDER BY deployment_id"
+                )
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            (
+                "d1",
+                1,
+                "tr1",
+                "",
+                "deployments/d1/model/",
+                "READY",
+                None,
+                True,
+            ),
+            (
+                "d2",
+                1,
+                "tr1",
+                "",
+                "deployments/d2/model/",
+                "FAILED",
+                "no serving_default",
+                False,
+            ),
+        ]
     finally:
         engine.dispose()

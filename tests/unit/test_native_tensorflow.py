@@ -84,7 +84,10 @@ def test_only_native_tensorflow_is_deployed(
         return
     with pytest.raises(ValidationFailed) as info:
         deploy()
-    problem = f"training t1 used {framework}, not TensorFlow"
+    problem = (
+        f"training t1 used {framework}, not TensorFlow: its SavedModel is not served; "
+        "export model/model.onnx instead"
+    )
     assert [(e.field, e.message) for e in info.value.errors] == [("training_id", problem)]
     assert info.value.detail == f"{problem}; {DEPLOYMENT_RULE}"
 
