@@ -62,6 +62,7 @@ STATUS_STYLE = {
     "READY": "bold green",
     "FAILED": "bold red",
     "HALTED": "bold yellow",
+    "STOPPED": "green",
     "RUNNING": "bold cyan",
     "STORING": "cyan",
     "DOWNLOADING": "cyan",
@@ -286,6 +287,8 @@ def _show_training(training: Training) -> None:
     if training.status_message:
         status += f"  {escape(training.status_message)}"
     grid.add_row("status", status)
+    if training.limits_note:
+        grid.add_row("limits", escape(training.limits_note))
     if training.attempt > 1 or training.past_attempts:
         grid.add_row("attempt", str(training.attempt))
     grid.add_row("framework", escape(f"{training.framework.name} {training.framework.version}"))
@@ -301,7 +304,11 @@ def _show_training(training: Training) -> None:
         learners.add_column("status")
         learners.add_column("exit code", justify="right")
         for lr in training.learners:
-            learners.add_row(str(lr.learner_id), _status(lr.status), _exit_code(lr.exit_code))
+            learners.add_row(
+                str(lr.learner_id),
+                _learner_status(lr.status, lr.status_message),
+                _exit_code(lr.exit_code),
+            )
         out.print(learners)
     for past in training.past_attempts:
         table = Table(
@@ -337,6 +344,23 @@ def _show_training(training: Training) -> None:
                 cells.insert(1, str(event.attempt))
             history.add_row(*cells)
         out.print(history)
+
+
+def _learner_status(status: str, message: str | None) -> str:
+    """A learner's status and why (`STOPPED: the workers completed`)."""
+    return _status(status) + (f": {escape(message)}" if message else "")
+
+
+def _next_steps(training: Training) -> list[str]:
+    """What to do with a training that has ended, as the commands to type."""
+    tid = training.id
+    if training.succeeded:
+        return [
+            f"Deploy its model:   dlaas deploy {tid}",
+            f"Download results:   dlaas download {tid}",
+            f"Details, metrics:   dlaas show {tid}; dlaas metrics {tid}",
+        ]
+    return [f"See why:            dlaas show {tid}; dlaas logs {tid}"]
 
 
 def _follow(client: Client, training_id: str, *, json_: bool) -> None:
@@ -459,6 +483,8 @@ def train(
     else:
         message = f"  {escape(final.status_message)}" if final.status_message else ""
         out.print(f"Training {escape(final.id)} {_status(final.status)}{message}")
+        for step in _next_steps(final):
+            out.print(escape(step))
     if not final.succeeded:
         raise SystemExit(1)
 
