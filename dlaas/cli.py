@@ -380,15 +380,24 @@ def _follow(client: Client, training_id: str, *, json_: bool) -> None:
 def up(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    install_runtimes: Annotated[
+        bool,
+        typer.Option(
+            "--install-runtimes",
+            help="Start building every framework runtime (Horovod, DDL) in the background "
+            "at start-up, before a training needs one.",
+        ),
+    ] = False,
 ) -> None:
     """Run the platform on this machine: the API, a worker and the monitor (SQLite, a local
-    object store and local learners unless DLAAS_* settings say otherwise). Ctrl-C stops it;
-    the next `dlaas up` resumes."""
+    object store and local learners unless DLAAS_* settings say otherwise). A training whose
+    runtime is not installed yet installs it on its first use. Ctrl-C stops it; the next
+    `dlaas up` resumes."""
     # Lazy: the client and the other commands must not need the server's dependencies.
     from composition import EmbeddedError, serve
 
     try:
-        serve(host, port, echo=typer.echo)
+        serve(host, port, echo=typer.echo, install_runtimes=install_runtimes)
     except EmbeddedError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")
         raise SystemExit(1) from None

@@ -65,7 +65,11 @@ def check_deployable(
     if not native_tensorflow:
         problem = f"training {training_id} used {framework_name}, not TensorFlow"
     elif not has_saved_model:
-        problem = f"the results of training {training_id} hold no {SAVED_MODEL_FILE}"
+        # Said in the field's own message too: it is what a client shows (dlaas deploy).
+        problem = (
+            f"the results of training {training_id} hold no {SAVED_MODEL_FILE}; a "
+            f"distributed (Horovod / DDL) training exports one from rank 0: see {EXPORT_GUIDE}"
+        )
     else:
         return
     raise ValidationFailed(
