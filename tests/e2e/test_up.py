@@ -206,6 +206,13 @@ def test_dlaas_up_serves_the_api_on_embedded_defaults(dlaas_up: Up) -> None:
     assert proc.returncode == 0
     output = dlaas_up.output
     assert url in output and str(key_file) in output and str(config_file) in output
+    # The migrations say one line, not Alembic's steps.
+    assert [line for line in output.splitlines() if "database schema" in line] == [
+        next(line for line in output.splitlines() if "database schema: created" in line)
+    ], output
+    assert "alembic" not in output and "Running upgrade" not in output, output
+    # Runtimes install on their first use on the embedded platform, by default.
+    assert "installed on their first use" in output
 
 
 def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
