@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import tarfile
@@ -363,6 +364,35 @@ def _next_steps(training: Training) -> list[str]:
     return [f"See why:            dlaas show {tid}; dlaas logs {tid}"]
 
 
+def _until_started(
+    client: Client,
+    training_id: str,
+    *,
+    every: float = 1.0,
+    quiet_for: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """While the training waits to start (QUEUED, PENDING: admission, a runtime installed
+    on its first use), say on stderr what it waits for: each new message, and the same one
+    again at most every `quiet_for` seconds (an install's progress changes every poll)."""
+    said, said_at = "", -quiet_for
+    while True:
+        training = client.trainings.get(training_id)
+        if training.status not in ("QUEUED", "PENDING"):
+            return
+        message = f"{training.status}  {training.status_message or ''}".rstrip()
+        news = _ELAPSED.sub("", message) != _ELAPSED.sub("", said)
+        if message != said and (news or clock() - said_at >= quiet_for):
+            err.print(escape(message))
+            said, said_at = message, clock()
+        sleep(every)
+
+
+# The elapsed time in an install's progress (`... on its first use (1m05s): ...`).
+_ELAPSED = re.compile(r" \(\d+m\d+s\)")
+
+
 def _follow(client: Client, training_id: str, *, json_: bool) -> None:
     """Print the training's log lines as they come, until it has ended (stdout, or stderr
     under --json so stdout keeps one document)."""
@@ -485,6 +515,7 @@ def train(
             else:
                 out.print(f"Follow it with: dlaas logs {training.id} --follow")
             return
+        _until_started(client, training.id)
         _follow(client, training.id, json_=json_)
         final = client.trainings.wait(training.id, poll_interval=0.5)
     if json_:

@@ -485,3 +485,45 @@ def test_json_lists_are_the_api_answers(
     keys = json.loads(out)
     assert code == 0 and keys == api(f"/v1/tenants/{tenant['id']}/keys", ADMIN_KEY)
     assert set(keys) == {"items"} and len(keys["items"]) == 1
+
+
+def test_a_followed_training_says_what_it_waits_for_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Horovod training on `dlaas up` installs its runtime on its first use: --follow
+    # shows that progress (the status message) until the training runs, then its logs.
+    install = "installing the runtime 'horovod-tf2.14' on its first use"
+    states = [
+        ("QUEUED", None),
+        ("PENDING", "starting 2 learner(s)"),
+        ("PENDING", f"{install} (0m02s): Collecting absl-py"),
+        ("PENDING", f"{install} (0m04s): Collecting absl-py"),
+        ("PENDING", f"{install} (0m12s): Building wheel for horovod"),
+        ("RUNNING", None),
+    ]
+    now = [0.0]
+
+    class Trainings:
+        def get(self, training_id: str) -> Any:
+            from dlaas.models import Training
+
+            status, message = states.pop(0)
+            doc = training_document(training_id, "n", status, "tensorflow", datetime.now(UTC))
+            return Training.from_json({**doc, "status_message": message})
+
+    class FakeClient:
+        trainings = Trainings()
+
+    def sleep(seconds: float) -> None:
+        now[0] += 2 * seconds
+
+    cli._until_started(FakeClient(), "t1", every=1, quiet_for=10, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    said = [" ".join(line.split()) for line in capsys.readouterr().err.splitlines()]
+    assert said == [
+        "QUEUED",
+        "PENDING starting 2 learner(s)",
+        f"PENDING {install} (0m02s): Collecting absl-py",
+        # (0m04s) is the same step 2 s later: not said again within 10 s
+        f"PENDING {install} (0m12s): Building wheel for horovod",
+    ]
+    assert states == []  # it returned once the training ran
