@@ -5,7 +5,8 @@ Roles: serving (this process's API, monitor and signals), supervisor (the Celery
 child), bootstrap (the local tenant and the client configuration), backend (where learners
 run, checked before it says it is up: with DLAAS_BACKEND=kubernetes, stores the pods reach
 and a namespace the cluster lists), shutdown (halting what runs when it stops; on
-Kubernetes, deleting the pods of running trainings).
+Kubernetes, deleting the pods of running trainings), runtime_builds (runtimes installed on
+their first use by default; `--install-runtimes` builds them all from start-up).
 
 What runs where:
 - this process: the API (uvicorn, in a thread), the monitor (a thread), and in the main

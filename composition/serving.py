@@ -19,6 +19,7 @@ from typing import IO
 from composition.backend import close_backend, describe_backend, open_backend
 from composition.bootstrap import client_url, ensure_local_tenant
 from composition.errors import EmbeddedError
+from composition.runtime_builds import RuntimeBuilds, embedded_defaults
 from composition.shutdown import interrupt_active_trainings
 from composition.supervisor import WorkerSupervisor
 from service.platform import Platform
@@ -71,9 +72,19 @@ def _lock_home(home: Path) -> IO[str]:
     return lock
 
 
-def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
+def serve(
+    host: str,
+    port: int,
+    *,
+    echo: Callable[[str], None] = print,
+    install_runtimes: bool = False,
+) -> None:
     """Run the platform until SIGINT or SIGTERM, then shut it down (see the module's
-    docstring). Must run in the main thread. Raises EmbeddedError if it cannot start."""
+    docstring). Must run in the main thread. Raises EmbeddedError if it cannot start.
+
+    Runtimes install on their first use unless DLAAS_RUNTIME_AUTO_INSTALL says otherwise;
+    with `install_runtimes` every runtime starts building at start-up, in the background
+    (composition.runtime_builds)."""
     import uvicorn
 
     from service.api.app import create_app
@@ -86,6 +97,7 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
 
+    os.environ.update(embedded_defaults(os.environ))
     settings = Settings()
     home_lock = _lock_home(settings.home_dir)
     sock = _listen(host, port)
@@ -110,6 +122,11 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     worker = WorkerSupervisor(settings.home_dir / "worker.log", echo)
+    builds = (
+        RuntimeBuilds(settings.home_dir / "runtimes-install.log", echo)
+        if install_runtimes and settings.backend == "local"
+        else None
+    )
     monitor_stop = threading.Event()
     monitor = threading.Thread(
         target=Monitor(platform, backend).run,
@@ -153,6 +170,10 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             echo(f"  admin API key: {admin}")
             echo(f"  client config: {config_file}  (tenant '{tenant}'; used by dlaas and Client())")
             echo(f"  worker log:    {worker.log_path}")
+            if settings.runtime_auto_install and settings.backend == "local":
+                echo("  runtimes:      installed on their first use (DLAAS_RUNTIME_AUTO_INSTALL)")
+            if builds is not None:
+                builds.start()
             grpc_port = getattr(app.state, "grpc_port", None)  # DLAAS_SCORING_GRPC_PORT
             if grpc_port is not None:
                 echo(
@@ -170,10 +191,14 @@ def serve(host: str, port: int, *, echo: Callable[[str], None] = print) -> None:
             echo(f"Press Ctrl-C to stop: running trainings are {halted}, everything else is kept.")
         while failure is None and not stopping.wait(0.5):
             worker.check()
+            if builds is not None:
+                builds.check()
             if not api.is_alive():
                 failure = "the API stopped unexpectedly (see the messages above)"
     finally:
         echo("shutting down: API, monitor, worker, learners")
+        if builds is not None:
+            builds.stop()
         worker.terminate()  # it takes a few seconds: let it go while the rest stops
         server.should_exit = True
         api.join(timeout=15)

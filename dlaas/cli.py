@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import tarfile
@@ -62,6 +63,7 @@ STATUS_STYLE = {
     "READY": "bold green",
     "FAILED": "bold red",
     "HALTED": "bold yellow",
+    "STOPPED": "green",
     "RUNNING": "bold cyan",
     "STORING": "cyan",
     "DOWNLOADING": "cyan",
@@ -286,6 +288,8 @@ def _show_training(training: Training) -> None:
     if training.status_message:
         status += f"  {escape(training.status_message)}"
     grid.add_row("status", status)
+    if training.limits_note:
+        grid.add_row("limits", escape(training.limits_note))
     if training.attempt > 1 or training.past_attempts:
         grid.add_row("attempt", str(training.attempt))
     grid.add_row("framework", escape(f"{training.framework.name} {training.framework.version}"))
@@ -301,7 +305,11 @@ def _show_training(training: Training) -> None:
         learners.add_column("status")
         learners.add_column("exit code", justify="right")
         for lr in training.learners:
-            learners.add_row(str(lr.learner_id), _status(lr.status), _exit_code(lr.exit_code))
+            learners.add_row(
+                str(lr.learner_id),
+                _learner_status(lr.status, lr.status_message),
+                _exit_code(lr.exit_code),
+            )
         out.print(learners)
     for past in training.past_attempts:
         table = Table(
@@ -339,6 +347,52 @@ def _show_training(training: Training) -> None:
         out.print(history)
 
 
+def _learner_status(status: str, message: str | None) -> str:
+    """A learner's status and why (`STOPPED: the workers completed`)."""
+    return _status(status) + (f": {escape(message)}" if message else "")
+
+
+def _next_steps(training: Training) -> list[str]:
+    """What to do with a training that has ended, as the commands to type."""
+    tid = training.id
+    if training.succeeded:
+        return [
+            f"Deploy its model:   dlaas deploy {tid}",
+            f"Download results:   dlaas download {tid}",
+            f"Details, metrics:   dlaas show {tid}; dlaas metrics {tid}",
+        ]
+    return [f"See why:            dlaas show {tid}; dlaas logs {tid}"]
+
+
+def _until_started(
+    client: Client,
+    training_id: str,
+    *,
+    every: float = 1.0,
+    quiet_for: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """While the training waits to start (QUEUED, PENDING: admission, a runtime installed
+    on its first use), say on stderr what it waits for: each new message, and the same one
+    again at most every `quiet_for` seconds (an install's progress changes every poll)."""
+    said, said_at = "", -quiet_for
+    while True:
+        training = client.trainings.get(training_id)
+        if training.status not in ("QUEUED", "PENDING"):
+            return
+        message = f"{training.status}  {training.status_message or ''}".rstrip()
+        news = _ELAPSED.sub("", message) != _ELAPSED.sub("", said)
+        if message != said and (news or clock() - said_at >= quiet_for):
+            err.print(escape(message))
+            said, said_at = message, clock()
+        sleep(every)
+
+
+# The elapsed time in an install's progress (`... on its first use (1m05s): ...`).
+_ELAPSED = re.compile(r" \(\d+m\d+s\)")
+
+
 def _follow(client: Client, training_id: str, *, json_: bool) -> None:
     """Print the training's log lines as they come, until it has ended (stdout, or stderr
     under --json so stdout keeps one document)."""
@@ -356,15 +410,24 @@ def _follow(client: Client, training_id: str, *, json_: bool) -> None:
 def up(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    install_runtimes: Annotated[
+        bool,
+        typer.Option(
+            "--install-runtimes",
+            help="Start building every framework runtime (Horovod, DDL) in the background "
+            "at start-up, before a training needs one.",
+        ),
+    ] = False,
 ) -> None:
     """Run the platform on this machine: the API, a worker and the monitor (SQLite, a local
-    object store and local learners unless DLAAS_* settings say otherwise). Ctrl-C stops it;
-    the next `dlaas up` resumes."""
+    object store and local learners unless DLAAS_* settings say otherwise). A training whose
+    runtime is not installed yet installs it on its first use. Ctrl-C stops it; the next
+    `dlaas up` resumes."""
     # Lazy: the client and the other commands must not need the server's dependencies.
     from composition import EmbeddedError, serve
 
     try:
-        serve(host, port, echo=typer.echo)
+        serve(host, port, echo=typer.echo, install_runtimes=install_runtimes)
     except EmbeddedError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}")
         raise SystemExit(1) from None
@@ -452,6 +515,7 @@ def train(
             else:
                 out.print(f"Follow it with: dlaas logs {training.id} --follow")
             return
+        _until_started(client, training.id)
         _follow(client, training.id, json_=json_)
         final = client.trainings.wait(training.id, poll_interval=0.5)
     if json_:
@@ -459,6 +523,8 @@ def train(
     else:
         message = f"  {escape(final.status_message)}" if final.status_message else ""
         out.print(f"Training {escape(final.id)} {_status(final.status)}{message}")
+        for step in _next_steps(final):
+            out.print(escape(step))
     if not final.succeeded:
         raise SystemExit(1)
 

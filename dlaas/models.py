@@ -65,6 +65,9 @@ class Learner:
     learner_id: int
     status: str
     exit_code: int | None = None
+    # Why it ended as it did: `the workers completed` for one the platform STOPPED when
+    # the training's workers completed (a parameter server, an MPI host).
+    status_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,9 @@ class Training:
     # 1, then one more per retry (the manifest's retry_policy); the attempts before it.
     attempt: int = 1
     past_attempts: tuple[Attempt, ...] = ()
+    # What could not be enforced as the compute configuration asks on the machine that
+    # ran it (resource limits, isolation): said once, here.
+    limits_note: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -155,12 +161,18 @@ class Training:
             description=_str_or_none(data.get("description")),
             status=str(data["status"]),
             status_message=_str_or_none(data.get("status_message")),
+            limits_note=_str_or_none(data.get("limits_note")),
             framework=Framework(str(fw.get("name", "")), str(fw.get("version", ""))),
             compute_configuration=ComputeConfiguration(
                 str(compute.get("name", "")), int(compute.get("nodes", 0))
             ),
             learners=tuple(
-                Learner(int(lr["learner_id"]), str(lr["status"]), lr.get("exit_code"))
+                Learner(
+                    int(lr["learner_id"]),
+                    str(lr["status"]),
+                    lr.get("exit_code"),
+                    _str_or_none(lr.get("status_message")),
+                )
                 for lr in data.get("learners") or []
             ),
             status_history=tuple(

@@ -127,6 +127,9 @@ class Platform:
     monitor_wakeup: threading.Event = field(default_factory=threading.Event)
     # Who a key belongs to; a revoked key stops working within a second (KeyCache).
     tenant_keys: KeyCache = field(default_factory=KeyCache)
+    # Whether this platform brought its database's schema up to date already: `dlaas up`
+    # migrates before it serves, and its apps' start-up then has nothing to do (nor to say).
+    migrated: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
@@ -237,7 +240,11 @@ class Platform:
             return repository.revocation_epoch(conn)
 
     def migrate(self) -> None:
+        """Bring the database's schema up to date, once for this platform."""
+        if self.migrated:
+            return
         upgrade(self.engine)
+        self.migrated = True
 
     def close(self) -> None:
         self.engine.dispose()

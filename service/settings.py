@@ -54,7 +54,8 @@ class Settings(BaseSettings):
         default=False,
         description="Install a training's runtime when a training first needs it, instead of "
         "refusing the submission: the training waits in PENDING with the install's progress "
-        "in its status_message (the Horovod runtime takes minutes to build).",
+        "in its status_message (the Horovod runtime takes minutes to build). `dlaas up` "
+        "sets it to true unless it is set.",
     )
     max_upload_bytes: int = Field(
         default=200 * 1024 * 1024,

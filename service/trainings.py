@@ -275,18 +275,27 @@ def _next_attempt(
 # the platform stops it then (parameter servers, MPI hosts, the survivors of a failure).
 STOPPED_AT_END = "stopped by the platform when the training ended"
 NOT_STARTED_AT_END = "never started: the training ended first"
-_ENDED = ("COMPLETED", "FAILED", "HALTED", "LOST")
+# A learner that runs until the workers are done (a parameter server, an MPI host) and
+# the platform stopped when they completed: the completion rule, not a failure nor a halt.
+STOPPED = "STOPPED"
+WORKERS_COMPLETED = "the workers completed"
+_ENDED = ("COMPLETED", "FAILED", "HALTED", "LOST", STOPPED)
 
 
 def halt_remaining_learners(training: Training) -> None:
-    """Record every learner of an ending training that has not ended as HALTED, so that no
-    learner of a terminal training is shown in a non-terminal phase. The worker's
-    FINALIZE stops them and records the exit code or signal it then sees
+    """Record every learner of an ending training that has not ended, so that no learner
+    of a terminal training is shown in a non-terminal phase: STOPPED (the workers
+    completed) for one a COMPLETED training's completion rule stops, else HALTED. The
+    worker's FINALIZE stops them and records the exit code or signal it then sees
     (`record_stopped_learners`)."""
+    completed = training.status == TrainingState.COMPLETED
     for row in training.learners:
         if row.status in _ENDED:
             continue
         started = row.status not in (TrainingState.QUEUED, TrainingState.PENDING)
+        if completed and started:
+            row.status, row.status_message = STOPPED, WORKERS_COMPLETED
+            continue
         row.status = TrainingState.HALTED
         row.status_message = STOPPED_AT_END if started else NOT_STARTED_AT_END
 
@@ -294,14 +303,25 @@ def halt_remaining_learners(training: Training) -> None:
 def record_stopped_learners(training: Training, observations: Iterable[LearnerObservation]) -> None:
     """After the platform stopped a terminal training's learners: record what each one that
     was still running when the training ended reported as it stopped (its exit code, or
-    the signal as a negative code); one that reported nothing stays HALTED."""
+    the signal as a negative code); one that reported nothing stays HALTED. One the
+    completion rule stopped stays STOPPED (the workers completed), with the code it
+    reported."""
     rows = {lr.learner_id: lr for lr in training.learners}
+    completed = training.status == TrainingState.COMPLETED
     for obs in observations:
         row = rows.get(obs.learner_id)
         if row is None:
             continue
         if row.status not in _ENDED:
-            row.status, row.status_message = TrainingState.HALTED, STOPPED_AT_END
+            row.status, row.status_message = (
+                (STOPPED, WORKERS_COMPLETED)
+                if completed
+                else (TrainingState.HALTED, STOPPED_AT_END)
+            )
+        if row.status == STOPPED and row.status_message == WORKERS_COMPLETED:
+            if obs.exit_code is not None:
+                row.exit_code = obs.exit_code
+            continue
         if row.status_message != STOPPED_AT_END:
             continue  # it ended on its own before the training did: recorded then
         if obs.phase in ("COMPLETED", "FAILED", "HALTED") and obs.exit_code is not None:

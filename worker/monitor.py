@@ -265,6 +265,11 @@ class Monitor:
         if isinstance(report, Malformed):
             return report
         record_learner_states(training, report.learners)
+        # What the backend could not enforce as asked here is said once, on the training
+        # (its limits_note), never as the message of each transition.
+        note = clean_text("; ".join(report.notes)) if report.notes else None
+        if note is not None and note != training.limits_note:
+            training.limits_note = note
         released = releases((e.status, e.message) for e in training.events)
         release = gang_release(
             report.learners,
@@ -299,8 +304,6 @@ class Monitor:
             return None
         if decision.state is not None:
             message = decision.message
-            if message is None and report.notes:
-                message = clean_text("; ".join(report.notes))
             for skipped, at in passed_through(state, decision.state, report.learners):
                 record_transition(training, skipped, None, at=datetime.fromtimestamp(at, UTC))
             record_transition(training, decision.state, message, at=now)

@@ -12,8 +12,11 @@ the number of ranks as Horovod recommends).
 Prints: `rank=<r> size=<n> host=<hostname>` per rank, `step=<n> loss=<v>` (rank 0) every 10
 steps, and at the end, on every rank, `rank=<r> checksum=<c>`: the sum of every trained
 variable, identical on all ranks when they trained in lockstep.
-Writes (rank 0): checkpoints in $CHECKPOINT_DIR (./checkpoints when unset) and
-$RESULT_DIR/horovod.json = {"size", "steps", "loss", "checksum"}.
+Writes (rank 0): checkpoints in $CHECKPOINT_DIR (./checkpoints when unset),
+$RESULT_DIR/horovod.json = {"size", "steps", "loss", "checksum"}, and $RESULT_DIR/model, a
+SavedModel whose `serving_default` signature takes `x` (float32, [None, 4]) and returns `y`
+(the prediction). It deploys as it is: the serving function calls the trained model alone,
+never Horovod's ops (the README's "Export a SavedModel from a distributed training").
 """
 
 from __future__ import annotations
@@ -37,6 +40,19 @@ def shard(rank: int, samples: int) -> tf.data.Dataset:
     x = rng.normal(size=(samples, 4)).astype(np.float32)
     y = x @ TRUE_W + 1.0 + rng.normal(scale=0.01, size=(samples, 1)).astype(np.float32)
     return tf.data.Dataset.from_tensor_slices((x, y))
+
+
+class Serving(tf.Module):
+    """What rank 0 exports: the trained model behind a serving signature, and nothing of
+    the training (no Horovod op, no optimizer), so it serves wherever TensorFlow does."""
+
+    def __init__(self, model: tf.keras.Model) -> None:
+        super().__init__()
+        self.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"y": self.model(x, training=False)}
 
 
 def main() -> None:
@@ -100,6 +116,11 @@ def main() -> None:
             "checksum": checksum,
         }
         (result_dir / "horovod.json").write_text(json.dumps(report))
+        # Horovod: only rank 0 exports the model.
+        serving = Serving(model)
+        tf.saved_model.save(
+            serving, str(result_dir / "model"), signatures={"serving_default": serving.serve}
+        )
     else:
         hvd.allreduce(loss, op=hvd.Average)  # the collective rank 0's report takes part in
 

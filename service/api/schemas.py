@@ -78,6 +78,10 @@ class LearnerOut(BaseModel):
     learner_id: int
     status: str
     exit_code: int | None
+    status_message: str | None = Field(
+        default=None,
+        description="Why it ended as it did (STOPPED: the workers completed), or what failed.",
+    )
 
 
 class StatusEventOut(BaseModel):
@@ -110,6 +114,11 @@ class TrainingOut(BaseModel):
     description: str | None
     status: str
     status_message: str | None
+    limits_note: str | None = Field(
+        default=None,
+        description="What could not be enforced as the compute configuration asks on this "
+        "machine (resource limits, isolation), said once here rather than in status messages.",
+    )
     framework: FrameworkOut
     compute_configuration: ComputeOut
     learners: list[LearnerOut]
@@ -143,10 +152,16 @@ class TrainingOut(BaseModel):
             description=t.description,
             status=t.status,
             status_message=t.status_message,
+            limits_note=t.limits_note,
             framework=FrameworkOut(name=t.framework_name, version=t.framework_version),
             compute_configuration=ComputeOut(name=t.compute_name, nodes=t.nodes),
             learners=[
-                LearnerOut(learner_id=lr.learner_id, status=lr.status, exit_code=lr.exit_code)
+                LearnerOut(
+                    learner_id=lr.learner_id,
+                    status=lr.status,
+                    exit_code=lr.exit_code,
+                    status_message=lr.status_message,
+                )
                 for lr in t.learners
             ],
             status_history=[

@@ -97,6 +97,9 @@ class Training(Base):
     description: Mapped[str | None] = mapped_column(Text, default=None)
     status: Mapped[str] = mapped_column(String(16))
     status_message: Mapped[str | None] = mapped_column(Text, default=None)
+    # What the backend could not enforce as the compute configuration asks on this
+    # machine (resource limits, isolation): said once, here, not in status messages.
+    limits_note: Mapped[str | None] = mapped_column(Text, default=None)
     framework_name: Mapped[str] = mapped_column(String(64))
     framework_version: Mapped[str] = mapped_column(String(32))
     compute_name: Mapped[str] = mapped_column(String(64))

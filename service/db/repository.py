@@ -323,6 +323,7 @@ class TrainingView:
     description: str | None
     status: str
     status_message: str | None
+    limits_note: str | None
     framework_name: str
     framework_version: str
     compute_name: str
@@ -335,7 +336,7 @@ class TrainingView:
     completed_at: datetime | None
     attempt: int
     past_attempts: list[dict[str, Any]] | None
-    learners: Sequence[Any]  # rows: learner_id, status, exit_code
+    learners: Sequence[Any]  # rows: learner_id, status, exit_code, status_message
     events: Sequence[Any]  # rows: status, at, message, attempt
 
 
@@ -346,7 +347,7 @@ _VIEW_TRAINING = _VIEW_SELECT.where(
     Training.id == bindparam("training_id"), Training.tenant_id == bindparam("tenant_id")
 )
 _VIEW_LEARNERS = (
-    select(Learner.learner_id, Learner.status, Learner.exit_code)
+    select(Learner.learner_id, Learner.status, Learner.exit_code, Learner.status_message)
     .where(Learner.training_id == bindparam("training_id"))
     .order_by(Learner.learner_id)
 )
@@ -429,7 +430,13 @@ def list_training_views(
     events: dict[str, list[Any]] = {i: [] for i in ids}
     if ids:
         for lr in conn.execute(
-            select(Learner.training_id, Learner.learner_id, Learner.status, Learner.exit_code)
+            select(
+                Learner.training_id,
+                Learner.learner_id,
+                Learner.status,
+                Learner.exit_code,
+                Learner.status_message,
+            )
             .where(Learner.training_id.in_(ids))
             .order_by(Learner.training_id, Learner.learner_id)
         ):

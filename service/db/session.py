@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.private import private_file
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # What SQLAlchemy raises when the database cannot be used now: the server is down or
@@ -89,17 +95,55 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision`; safe to call from several processes at once."""
+    """Bring the schema to `revision`; safe to call from several processes at once.
+
+    Alembic's own lines (its context, each step) are kept below WARNING: the upgrade says
+    one line, what the schema was and is."""
     cfg = alembic_config(engine)
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
             try:
                 cfg.attributes["connection"] = conn
-                command.upgrade(cfg, revision)
+                before = _revision(conn)
+                with _alembic_quiet():
+                    command.upgrade(cfg, revision)
+                after = _revision(conn)
                 conn.commit()
             finally:
                 conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
                 conn.commit()
+        log.info("%s", migration_summary(before, after))
         return
-    command.upgrade(cfg, revision)
+    with engine.connect() as conn:
+        before = _revision(conn)
+    with _alembic_quiet():
+        command.upgrade(cfg, revision)
+    with engine.connect() as conn:
+        after = _revision(conn)
+    log.info("%s", migration_summary(before, after))
+
+
+def migration_summary(before: str | None, after: str | None) -> str:
+    """The one line an upgrade logs."""
+    if before == after:
+        return f"database schema: up to date (revision {after})"
+    if before is None:
+        return f"database schema: created (revision {after})"
+    return f"database schema: migrated from revision {before} to {after}"
+
+
+def _revision(conn: Any) -> str | None:
+    with _alembic_quiet():
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextlib.contextmanager
+def _alembic_quiet() -> Iterator[None]:
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

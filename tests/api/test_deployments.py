@@ -232,6 +232,8 @@ def test_a_training_without_a_savedmodel_is_refused(
     )
     assert RULE in problem["detail"] and GUIDE in problem["detail"]
     assert problem["errors"][0]["field"] == "training_id"
+    # What `dlaas deploy` prints (the fields' messages) points to the export procedure.
+    assert "from rank 0: see " + GUIDE in problem["errors"][0]["message"]
 
 
 def test_a_savedmodel_without_serving_default_fails_with_the_reason(

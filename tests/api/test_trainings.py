@@ -47,6 +47,8 @@ def test_read_shows_what_the_workers_recorded(
             record_transition(training, state, f"now {state}")
         training.learners[1].status = TrainingState.FAILED
         training.learners[1].exit_code = 3
+        training.learners[1].status_message = "out of memory"
+        training.limits_note = "the CPU limit (8) is not enforced"
         session.commit()
     shown = client.get(f"/v1/trainings/{training_id}", headers=tenant)
     assert shown.status_code == 200
@@ -62,9 +64,10 @@ def test_read_shows_what_the_workers_recorded(
     assert t["status_history"][-1]["message"] == "now RUNNING"
     assert t["status"] == "RUNNING" and t["started_at"] is not None
     assert t["learners"] == [
-        {"learner_id": 1, "status": "QUEUED", "exit_code": None},
-        {"learner_id": 2, "status": "FAILED", "exit_code": 3},
+        {"learner_id": 1, "status": "QUEUED", "exit_code": None, "status_message": None},
+        {"learner_id": 2, "status": "FAILED", "exit_code": 3, "status_message": "out of memory"},
     ]
+    assert t["limits_note"] == "the CPU limit (8) is not enforced"
     other = create_tenant(client, "someone-else")
     assert client.get(f"/v1/trainings/{training_id}", headers=other).status_code == 404
     # A page holds each training with its own learners and history.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -370,3 +371,54 @@ def test_pause_stop_and_delete_from_the_training_page(session: Session, up: Up) 
 def _local_key(up: Up) -> str:
     config: dict[str, str] = json.loads((up.home / "client.json").read_text())
     return config["api_key"]
+
+
+def test_the_training_page_says_why_a_learner_stopped_and_the_limits_once(
+    session: Session, up: Up
+) -> None:
+    # A parameter server (learner 1) that never exits on its own: the completion rule
+    # stops it when the workers complete. The page says STOPPED: the workers completed,
+    # not HALTED; what the machine could not enforce is a fact of its own, not the status.
+    local = {"Authorization": f"Bearer {_local_key(up)}"}
+    manifest = {
+        "name": "ps-stopped",
+        "framework": {
+            "name": "tensorflow",
+            "version": "2.21",
+            "command": 'if [ "$LEARNER_ID" = 1 ]; then exec sleep 120; fi; sleep 1',
+            "parameter_servers": 1,
+        },
+        "compute_configuration": {"name": "P100", "nodes": 3},
+    }
+    created = httpx.post(
+        f"{up.url}/v1/trainings",
+        files={
+            "manifest": ("m.json", json.dumps(manifest)),
+            "model_definition": ("c.zip", zip_dir(EXAMPLES / "env")),
+        },
+        headers=local,
+    )
+    assert created.status_code == 201, created.text
+    training_id = created.json()["id"]
+    page = session.page
+    sign_in(page, _local_key(up))
+    page.goto(f"/ui/trainings/{training_id}")
+    expect(page.locator("#status")).to_have_text("COMPLETED", timeout=TRAINING_TIMEOUT)
+    # The stopped learner's exit is recorded as the training is wrapped up: then reloaded.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        learners = httpx.get(f"{up.url}/v1/trainings/{training_id}", headers=local).json()[
+            "learners"
+        ]
+        if learners[0]["exit_code"] is not None:
+            break
+        time.sleep(0.3)
+    page.reload()
+    row = page.locator("#learners tr[data-learner='1']")
+    expect(row).to_contain_text("STOPPED: the workers completed", timeout=30_000)
+    expect(row).not_to_contain_text("HALTED")
+    body = httpx.get(f"{up.url}/v1/trainings/{training_id}", headers=local).json()
+    if body["limits_note"]:
+        expect(page.locator("#facts")).to_contain_text(body["limits_note"])
+        expect(page.locator("#timeline")).not_to_contain_text("enforced")
+    session.capture("training-stopped-learner")

@@ -51,7 +51,7 @@ SEED = int(os.environ.get("DLAAS_CHAOS_SEED", str(random.randrange(2**32))))
 REPORT = os.environ.get("DLAAS_CHAOS_REPORT")
 
 # Learner states a learner of an ended training may be in.
-LEARNER_ENDED = {"COMPLETED", "FAILED", "HALTED", "LOST"}
+LEARNER_ENDED = {"COMPLETED", "FAILED", "HALTED", "LOST", "STOPPED"}
 START_MARK = "chaos-start"
 
 # What each learner's command does: print one start line (to the log store, through its

@@ -214,6 +214,67 @@ def test_show_prints_the_attempt_and_every_attempt_before_it(
     assert any(line.endswith("2 PENDING retrying") for line in lines)
 
 
+def test_show_says_why_a_learner_stopped_and_the_limits_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dlaas.models import Training
+
+    at = "2026-01-01T12:00:00Z"
+    note = "the memory limit (24 GiB) is enforced per process"
+    training = Training.from_json(
+        {
+            "id": "t1",
+            "name": "ps",
+            "status": "COMPLETED",
+            "status_message": None,
+            "limits_note": note,
+            "framework": {"name": "tensorflow", "version": "2.21"},
+            "compute_configuration": {"name": "P100", "nodes": 3},
+            "learners": [
+                {
+                    "learner_id": 1,
+                    "status": "STOPPED",
+                    "exit_code": -15,
+                    "status_message": "the workers completed",
+                },
+                {"learner_id": 2, "status": "COMPLETED", "exit_code": 0},
+                {"learner_id": 3, "status": "COMPLETED", "exit_code": 0},
+            ],
+            "status_history": [
+                {"status": "RUNNING", "at": at},
+                {"status": "COMPLETED", "at": at},
+            ],
+            "created_at": at,
+        }
+    )
+    cli._show_training(training)
+    out = capsys.readouterr().out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert "status COMPLETED" in lines
+    assert "1 STOPPED: the workers completed -15 (SIGTERM)" in lines
+    assert out.count("enforced per process") == 1
+    assert any(line.startswith("limits the memory limit (24 GiB)") for line in lines), out
+
+
+def test_a_followed_training_ends_with_what_to_do_next() -> None:
+    from dlaas.models import Training
+
+    def ended(status: str) -> Training:
+        return Training.from_json(
+            {
+                **training_document("t9", "n", status, "tensorflow", datetime.now(UTC)),
+                "learners": [],
+            }
+        )
+
+    steps = cli._next_steps(ended("COMPLETED"))
+    assert any(step.endswith("dlaas deploy t9") for step in steps), steps
+    assert any(step.endswith("dlaas download t9") for step in steps), steps
+    failed = cli._next_steps(ended("FAILED"))
+    assert any("dlaas logs t9" in step for step in failed), failed
+    assert not any("deploy" in step for step in failed), failed
+
+
 # -- what people read: lists on 80 columns, signatures, help; --json as the API answers ----
 
 
@@ -424,3 +485,45 @@ def test_json_lists_are_the_api_answers(
     keys = json.loads(out)
     assert code == 0 and keys == api(f"/v1/tenants/{tenant['id']}/keys", ADMIN_KEY)
     assert set(keys) == {"items"} and len(keys["items"]) == 1
+
+
+def test_a_followed_training_says_what_it_waits_for_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Horovod training on `dlaas up` installs its runtime on its first use: --follow
+    # shows that progress (the status message) until the training runs, then its logs.
+    install = "installing the runtime 'horovod-tf2.14' on its first use"
+    states = [
+        ("QUEUED", None),
+        ("PENDING", "starting 2 learner(s)"),
+        ("PENDING", f"{install} (0m02s): Collecting absl-py"),
+        ("PENDING", f"{install} (0m04s): Collecting absl-py"),
+        ("PENDING", f"{install} (0m12s): Building wheel for horovod"),
+        ("RUNNING", None),
+    ]
+    now = [0.0]
+
+    class Trainings:
+        def get(self, training_id: str) -> Any:
+            from dlaas.models import Training
+
+            status, message = states.pop(0)
+            doc = training_document(training_id, "n", status, "tensorflow", datetime.now(UTC))
+            return Training.from_json({**doc, "status_message": message})
+
+    class FakeClient:
+        trainings = Trainings()
+
+    def sleep(seconds: float) -> None:
+        now[0] += 2 * seconds
+
+    cli._until_started(FakeClient(), "t1", every=1, quiet_for=10, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    said = [" ".join(line.split()) for line in capsys.readouterr().err.splitlines()]
+    assert said == [
+        "QUEUED",
+        "PENDING starting 2 learner(s)",
+        f"PENDING {install} (0m02s): Collecting absl-py",
+        # (0m04s) is the same step 2 s later: not said again within 10 s
+        f"PENDING {install} (0m12s): Building wheel for horovod",
+    ]
+    assert states == []  # it returned once the training ran

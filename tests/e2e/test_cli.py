@@ -123,6 +123,17 @@ def test_failures_exit_non_zero_with_the_message(up: Up, tmp_path: Path) -> None
     assert followed.returncode == 1, followed.stdout
     assert "fail.py: exiting with code 7" in followed.stdout
     assert "FAILED" in followed.stdout and "Traceback" not in followed.stderr
+    assert "dlaas logs" in followed.stdout.splitlines()[-1]  # what to do next
+
+    done = write_manifest(tmp_path / "done.yaml", "python3 slow.py --seconds 1")
+    followed = dlaas(up, "train", done, ENV_CODE, "--follow")
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    lines = followed.stdout.splitlines()
+    ended = next(i for i, line in enumerate(lines) if " COMPLETED" in line)
+    training_id = lines[ended].split()[1]
+    # It ends with the outcome, then the exact commands that come next.
+    assert any(line.endswith(f"dlaas deploy {training_id}") for line in lines[ended:])
+    assert any(line.endswith(f"dlaas download {training_id}") for line in lines[ended:])
 
 
 def test_stop_and_delete(up: Up, tmp_path: Path) -> None:

@@ -79,12 +79,15 @@ class Up:
             self.proc.wait()
 
 
-def start_up(home: Path, port: int | None = None, **extra: str) -> Up:
-    """`dlaas up` on `home`, healthy; DLAAS_* settings in `extra`."""
+def start_up(
+    home: Path, port: int | None = None, *, options: tuple[str, ...] = (), **extra: str
+) -> Up:
+    """`dlaas up` on `home` (with its command-line `options`), healthy; DLAAS_* settings in
+    `extra`."""
     port = port or free_port()
     env = clean_env(home, **extra)
     proc = subprocess.Popen(
-        [DLAAS, "up", "--port", str(port)],
+        [DLAAS, "up", "--port", str(port), *options],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -206,6 +209,40 @@ def test_dlaas_up_serves_the_api_on_embedded_defaults(dlaas_up: Up) -> None:
     assert proc.returncode == 0
     output = dlaas_up.output
     assert url in output and str(key_file) in output and str(config_file) in output
+    # The migrations say one line, not Alembic's steps.
+    assert [line for line in output.splitlines() if "database schema" in line] == [
+        next(line for line in output.splitlines() if "database schema: created" in line)
+    ], output
+    assert "alembic" not in output and "Running upgrade" not in output, output
+    # Runtimes install on their first use on the embedded platform, by default.
+    assert "installed on their first use" in output
+
+
+def test_install_runtimes_builds_every_runtime_in_the_background(tmp_path: Path) -> None:
+    # A runtime with no pins builds in seconds: what matters is that `dlaas up` starts the
+    # build of every defined runtime at start-up, says when it ends, and serves meanwhile.
+    definitions = tmp_path / "definitions"
+    definitions.mkdir()
+    (definitions / "tiny.txt").write_text("# Runtime tiny: nothing pinned.\n")
+    runtimes_dir = tmp_path / "runtimes"
+    up = start_up(
+        tmp_path / "home",
+        options=("--install-runtimes",),
+        DLAAS_RUNTIME_DEFINITIONS_DIR=str(definitions),
+        DLAAS_RUNTIMES_DIR=str(runtimes_dir),
+    )
+    try:
+        assert "building every runtime in the background" in up.output
+        deadline = time.monotonic() + 180
+        while "every runtime is installed" not in up.output:
+            assert "a build failed" not in up.output, up.output
+            assert time.monotonic() < deadline, up.output
+            time.sleep(0.2)
+        assert [p.parent.name[:5] for p in runtimes_dir.glob("*/runtime.json")] == ["tiny-"]
+        assert "tiny: installed at" in (up.home / "runtimes-install.log").read_text()
+        assert up.stop(signal.SIGINT, timeout=60) == 0, up.output
+    finally:
+        up.kill()
 
 
 def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +105,13 @@ def test_two_learner_horovod_training_trains_in_lockstep(live: LivePlatform) -> 
     assert f"{report['checksum']:.10f}" == checksums["0"]
     losses = [float(v) for v in re.findall(r"step=\d+ loss=([0-9.eE+-]+)", logs)]
     assert losses and losses[-1] < losses[0]  # it trained
+    # Nothing alarming: Open MPI runs without UCX, whose probe of /sys/class/net (absent in
+    # the sandbox) logged an ERROR in every rank.
+    assert [line for line in logs.splitlines() if "ERROR" in line] == []
+    # Rank 0 exported a SavedModel; the host learner the completion rule stopped says so.
+    assert "model/saved_model.pb" in live.results(t["id"])
+    deadline = time.monotonic() + 30
+    while (host := live.get(t["id"])["learners"][1])["exit_code"] is None:
+        assert time.monotonic() < deadline, host
+        time.sleep(0.2)
+    assert (host["status"], host["status_message"]) == ("STOPPED", "the workers completed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -123,3 +124,32 @@ def test_existing_deployments_become_their_version_1(empty_database: str) -> Non
         ]
     finally:
         engine.dispose()
+
+
+def test_an_upgrade_logs_one_line(empty_database: str, caplog: pytest.LogCaptureFixture) -> None:
+    # `dlaas up` opens with what the schema is, in one line, not Alembic's steps.
+    engine = make_engine(empty_database)
+    try:
+        with caplog.at_level(logging.INFO):
+            upgrade(engine)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"database schema: created (revision {_head()})"
+        ]
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            upgrade(engine)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"database schema: up to date (revision {_head()})"
+        ]
+    finally:
+        engine.dispose()
+
+
+def _head() -> str:
+    from alembic.script import ScriptDirectory
+
+    from service.db.session import MIGRATIONS_DIR
+
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    assert head is not None
+    return head

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 import redis
 
+from dlaas import cli
+from dlaas.models import Training
+from service.sandbox import limits
 from tests.conftest import zip_of
 from tests.integration.platform_harness import (
     EXAMPLES,
@@ -128,7 +131,7 @@ def test_one_failed_learner_stops_the_others(live: LivePlatform) -> None:
     assert all(lr["exit_code"] is not None for lr in learners), learners
 
 
-ENDED = {"COMPLETED", "FAILED", "HALTED", "LOST"}
+ENDED = {"COMPLETED", "FAILED", "HALTED", "LOST", "STOPPED"}
 
 
 def wait_learners_recorded(
@@ -165,9 +168,13 @@ def test_a_parameter_server_that_exits_non_zero_fails_the_training(live: LivePla
     assert wait_no_processes(t["id"]) == []
 
 
-def test_a_parameter_server_stopped_at_the_end_is_recorded_stopped(live: LivePlatform) -> None:
+def test_a_parameter_server_stopped_at_the_end_is_recorded_stopped(
+    live: LivePlatform, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The parameter server never exits on its own: the platform stops it when the workers
-    # have completed, and the record says so, with its exit code or signal.
+    # have completed, and the record says so (STOPPED: the workers completed, not HALTED),
+    # with its exit code or signal. `dlaas show` says the same, and the history says the
+    # states alone: what the sandbox could not enforce is the training's limits_note.
     command = 'if [ "$LEARNER_ID" = 1 ]; then exec sleep 120; fi; sleep 1'
     t = live.submit(manifest(command, nodes=3, framework={"parameter_servers": 1}), ENV)
     done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=90)
@@ -175,8 +182,26 @@ def test_a_parameter_server_stopped_at_the_end_is_recorded_stopped(live: LivePla
     assert all(lr["status"] in ENDED for lr in done["learners"]), done["learners"]
     assert wait_no_processes(t["id"]) == []
     learners = wait_learners_recorded(live, t["id"])
-    assert learners[0]["status"] == "HALTED" and learners[0]["exit_code"] is not None, learners
+    ps = learners[0]
+    assert (ps["status"], ps["status_message"]) == ("STOPPED", "the workers completed"), ps
+    assert ps["exit_code"] is not None, learners
     assert [(lr["status"], lr["exit_code"]) for lr in learners[1:]] == [("COMPLETED", 0)] * 2
+
+    body = live.get(t["id"])
+    assert body["status_message"] is None, body
+    messages = [e["message"] or "" for e in body["status_history"]]
+    assert not any("limit" in m or "enforced" in m for m in messages), messages
+    if limits.machine_cgroup() is None:  # said once, where it belongs
+        assert "is enforced per process" in (body["limits_note"] or ""), body
+    capsys.readouterr()
+    cli._show_training(Training.from_json(body))
+    shown = capsys.readouterr().out
+    lines = [" ".join(line.split()) for line in shown.splitlines()]
+    assert any(line.startswith("status COMPLETED") for line in lines), shown
+    assert any(line.startswith("1 STOPPED: the workers completed") for line in lines), shown
+    history = shown[shown.index("History") :]
+    assert "COMPLETED" in history
+    assert "limit" not in history and "enforced" not in history, history
 
 
 def test_stop_halts_and_leaves_no_process(live: LivePlatform) -> None:
@@ -304,7 +329,9 @@ def test_without_namespaces_learners_share_the_loopback(tmp_path: Path) -> None:
         done = live.wait_for(t["id"], {"COMPLETED", "FAILED"}, timeout=60)
         logs = live.logs(t["id"])
     assert done["status"] == "COMPLETED", done
-    assert "learner namespaces are unavailable" in done["status_message"]
+    # Said once, on the training (its limits_note), not as its status.
+    assert "learner namespaces are unavailable" in done["limits_note"]
+    assert done["status_message"] is None
     configs = [
         json.loads(line.split("TF_CONFIG=", 1)[1])
         for line in logs.splitlines()

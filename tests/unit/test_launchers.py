@@ -106,6 +106,9 @@ def test_mpi_launch(framework: str, nodes: int, gpus: int, ranks: int) -> None:
     argv = list(launcher.argv)
     assert argv[:5] == ["/venv/bin/mpirun", "-np", str(ranks), "--hostfile", "/work/t1/hostfile"]
     assert "plm_ssh_agent" in argv
+    # No UCX: it probes /sys/class/net, which a sandbox has not, and logs ERROR lines.
+    mca = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "--mca"}
+    assert mca["pml"] == "ob1" and mca["osc"] == "^ucx"
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"TRAINING_ID", "NUM_LEARNERS", "LEARNER_NAME_PREFIX", "GPU_COUNT"} <= exported
     tail = argv[argv.index("worker.learner.rank") - 2 :]

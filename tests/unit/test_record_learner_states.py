@@ -8,6 +8,7 @@ from service.domain.states import TrainingState
 from service.trainings import (
     NOT_STARTED_AT_END,
     STOPPED_AT_END,
+    WORKERS_COMPLETED,
     record_learner_states,
     record_stopped_learners,
     record_transition,
@@ -48,10 +49,42 @@ def test_a_terminal_transition_leaves_no_learner_in_a_non_terminal_phase() -> No
     training.learners[2].status = "PENDING"
     record_transition(training, TrainingState.COMPLETED)
     assert _state(training) == [
-        (1, "HALTED", None, STOPPED_AT_END),
+        (1, "STOPPED", None, WORKERS_COMPLETED),
         (2, "COMPLETED", None, None),
         (3, "HALTED", None, NOT_STARTED_AT_END),
     ]
+
+
+def test_a_learner_the_completion_rule_stops_is_stopped_not_halted() -> None:
+    # A parameter server (learner 1) runs until the workers complete; the platform stops
+    # it then. It is STOPPED (the workers completed), with the signal it reported.
+    training = _training(1, 2, 3)
+    for row in training.learners[1:]:
+        row.status, row.exit_code = "COMPLETED", 0
+    record_transition(training, TrainingState.COMPLETED)
+    record_stopped_learners(
+        training,
+        [
+            LearnerObservation(1, "HALTED", exit_code=-15, message="learner 1 was stopped"),
+            LearnerObservation(2, "COMPLETED", exit_code=0),
+            LearnerObservation(3, "COMPLETED", exit_code=0),
+        ],
+    )
+    assert _state(training) == [
+        (1, "STOPPED", -15, WORKERS_COMPLETED),
+        (2, "COMPLETED", 0, None),
+        (3, "COMPLETED", 0, None),
+    ]
+    assert WORKERS_COMPLETED == "the workers completed"
+
+
+def test_a_learner_stopped_as_a_training_fails_or_halts_is_halted() -> None:
+    for state in (TrainingState.FAILED, TrainingState.HALTED):
+        training = _training(1, 2)
+        training.learners[1].status = "FAILED"
+        record_transition(training, state, "learner 2 exited with code 3")
+        record_stopped_learners(training, [LearnerObservation(1, "HALTED", exit_code=-15)])
+        assert _state(training)[0] == (1, "HALTED", -15, STOPPED_AT_END)
 
 
 def test_the_stopped_learners_get_the_exit_code_they_reported() -> None:

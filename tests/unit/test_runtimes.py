@@ -156,6 +156,36 @@ def test_the_build_finds_the_new_environment_then_the_system_build_tools(
     assert env["A"] == "1" and "DLAAS_ADMIN_API_KEY" not in env
 
 
+@pytest.mark.parametrize(
+    ("cpus", "inherited", "expected"),
+    [
+        (2, {}, {"MAKEFLAGS": "-j2", "CMAKE_BUILD_PARALLEL_LEVEL": "2"}),
+        (32, {}, {"MAKEFLAGS": "-j32", "CMAKE_BUILD_PARALLEL_LEVEL": "32"}),
+        (0, {}, {"MAKEFLAGS": "-j1", "CMAKE_BUILD_PARALLEL_LEVEL": "1"}),
+        # the operator's own choice wins
+        (8, {"MAKEFLAGS": "-j3"}, {"CMAKE_BUILD_PARALLEL_LEVEL": "8"}),
+        (8, {"MAKEFLAGS": "-j3", "CMAKE_BUILD_PARALLEL_LEVEL": "3"}, {}),
+    ],
+)
+def test_builds_compile_on_every_core(
+    cpus: int, inherited: dict[str, str], expected: dict[str, str]
+) -> None:
+    assert runtimes.parallel_build_env(cpus, inherited) == expected
+
+
+def test_the_build_environment_compiles_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MAKEFLAGS", raising=False)
+    monkeypatch.delenv("CMAKE_BUILD_PARALLEL_LEVEL", raising=False)
+    horovod = runtimes.definitions()["horovod-tf2.14"]
+    env = runtimes.build_env(tmp_path / "venv", runtimes.parse_requirements(horovod.read_text()))
+    cpus = runtimes.usable_cpus()
+    assert env["MAKEFLAGS"] == f"-j{cpus}" and env["CMAKE_BUILD_PARALLEL_LEVEL"] == str(cpus)
+    # Nothing compiled that no runtime uses.
+    assert env["HOROVOD_WITHOUT_PYTORCH"] == env["HOROVOD_WITHOUT_MXNET"] == "1"
+
+
 def test_the_runtimes_directory_is_a_setting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

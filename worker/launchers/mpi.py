@@ -25,6 +25,13 @@ from worker.launchers.plan import (
 # Passed to every rank; the rank prefix overrides the per-learner ones.
 _SHARED_VARS = ("TRAINING_ID", "NUM_LEARNERS", "LEARNER_NAME_PREFIX", "GPU_COUNT")
 DDL_DEFAULT_OPTIONS = "-mode r:{gpus}x{nodes}"
+# Open MPI's transports: TCP (the btl each backend names) under the ob1 point-to-point
+# layer, and no UCX. The runtime's Open MPI has UCX built in, and its ucx pml and osc
+# components start UCX, which probes every network interface through /sys/class/net: in
+# a learner's sandbox there is none, and every rank logged `UCX ERROR scandir(...)`
+# although the job then runs on TCP. ob1 alone starts no UCX (nor the cm pml's libfabric);
+# `osc ^ucx` keeps one-sided windows (MPI_Win) off UCX too.
+TRANSPORTS = ("--mca", "pml", "ob1", "--mca", "osc", "^ucx")
 
 
 def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> LaunchPlan:
@@ -39,7 +46,7 @@ def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> Launc
         env1["DDL_OPTIONS"] = DDL_DEFAULT_OPTIONS.format(gpus=slots, nodes=spec.nodes)
         exported.append("DDL_OPTIONS")
     argv: list[str] = [mpi.mpirun, "-np", str(ranks), "--hostfile", mpi.hostfile_path]
-    argv += ["--map-by", "slot", *mpi.options]
+    argv += ["--map-by", "slot", *TRANSPORTS, *mpi.options]
     for name in exported:
         argv += ["-x", name]
     if ddl and spec.gpus_per_node:

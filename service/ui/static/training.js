@@ -26,7 +26,9 @@
       ...fact("Attempt", t.attempt),
       ...fact("Created", when(t.created_at)),
       ...fact("Duration", duration(t.started_at, t.completed_at) || "not started"),
-      ...(t.status_message ? fact("Message", t.status_message) : []));
+      ...(t.status_message ? fact("Message", t.status_message) : []),
+      // What this machine could not enforce as asked: said once, here.
+      ...(t.limits_note ? fact("Limits", t.limits_note) : []));
     // A message is shown where it changes, not again on every later state.
     document.getElementById("timeline").replaceChildren(...t.status_history.map((e, i) => {
       const repeated = i > 0 && e.message === t.status_history[i - 1].message;
@@ -35,7 +37,8 @@
     }));
     document.querySelector("#learners tbody").replaceChildren(...t.learners.map((l) =>
       el("tr", { "data-learner": l.learner_id }, el("td", {}, `learner ${l.learner_id}`),
-        el("td", {}, statusBadge(l.status)), el("td", {}, l.exit_code === null ? "" : l.exit_code))));
+        el("td", {}, statusBadge(l.status), l.status_message ? `: ${l.status_message}` : ""),
+        el("td", {}, l.exit_code === null ? "" : l.exit_code))));
     const select = document.getElementById("log-learner");
     if (select.options.length === 1) {
       for (const l of t.learners) select.append(el("option", { value: l.learner_id }, `learner ${l.learner_id}`));
