@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
+from service import runtimes
 from tests.integration.platform_harness import (
     EXAMPLES,
     RUNTIMES_DIR,
@@ -187,9 +188,7 @@ framework:
 def test_an_ffdl_horovod_job_runs_its_script_on_two_ranks(live: LivePlatform) -> None:
     # Built by `dlaas runtimes install horovod-tf2.14` (or tests/integration/test_horovod.py);
     # not built here, where another build of it may be running.
-    if not (RUNTIMES_DIR / "horovod-tf2.14").exists() and not any(
-        (p / "runtime.json").exists() for p in RUNTIMES_DIR.glob("horovod-tf2.14*")
-    ):
+    if runtimes.installed(RUNTIMES_DIR, "horovod-tf2.14") is None:
         pytest.skip(f"the horovod-tf2.14 runtime is not built in {RUNTIMES_DIR}")
     t = live.submit(yaml.safe_load(HOROVOD_MANIFEST), EXAMPLES / "horovod-tf2")
     assert t["framework"] == {"name": "tensorflow-horovod", "version": "1.5"}
