@@ -95,9 +95,9 @@ def create_training(
         Learner(learner_id=i, status=TrainingState.QUEUED, updated_at=now)
         for i in range(1, manifest.nodes + 1)
     ]
-    notes = "; ".join(submitted.notes) if submitted and submitted.notes else None
-    if notes is not None and submitted is not None:
-        notes = f"submitted as a {submitted.format} manifest: {notes}"
+    notes = None
+    if submitted is not None and submitted.notes:
+        notes = f"translated from {submitted.format_name}: {'; '.join(submitted.notes)}"
     training.events = [StatusEvent(status=TrainingState.QUEUED, at=now, message=notes)]
     session.add(training)
     try:

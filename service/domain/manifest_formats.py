@@ -20,6 +20,11 @@ from service.errors import FieldError
 
 DLAAS_FORMAT = "dlaas"
 FFDL_FORMAT = "ffdl"
+# Each format in words, for messages.
+FORMAT_NAMES = {
+    DLAAS_FORMAT: "the platform's manifest format",
+    FFDL_FORMAT: "FfDL's manifest format",
+}
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,10 @@ class Submitted:
     written_as: Mapping[str, str] = field(default_factory=dict)
     # What a translation chose that the document does not say, in words.
     notes: tuple[str, ...] = ()
+
+    @property
+    def format_name(self) -> str:
+        return FORMAT_NAMES.get(self.format, self.format)
 
     def as_written(self, errors: list[FieldError]) -> list[FieldError]:
         """Errors about the platform's manifest, named as the user wrote the document."""
