@@ -130,6 +130,10 @@ class Training:
     # 1, then one more per retry (the manifest's retry_policy); the attempts before it.
     attempt: int = 1
     past_attempts: tuple[Attempt, ...] = ()
+    # The manifest the training runs (the platform's form, translated from FfDL's where it
+    # was submitted in that format) and the one submitted, as sent; credentials "***".
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    submitted_manifest: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -176,6 +180,8 @@ class Training:
             max_runtime=None if data.get("max_runtime") is None else int(data["max_runtime"]),
             attempt=int(data.get("attempt") or 1),
             past_attempts=tuple(Attempt.from_json(a) for a in data.get("past_attempts") or []),
+            manifest=dict(data.get("manifest") or {}),
+            submitted_manifest=data.get("submitted_manifest"),
             raw=data,
         )
 
