@@ -140,6 +140,10 @@ class Training:
     # What could not be enforced as the compute configuration asks on the machine that
     # ran it (resource limits, isolation): said once, here.
     limits_note: str | None = None
+    # The manifest the training runs (the platform's form, translated from FfDL's where it
+    # was submitted in that format) and the one submitted, as sent; credentials "***".
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    submitted_manifest: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -192,6 +196,8 @@ class Training:
             max_runtime=None if data.get("max_runtime") is None else int(data["max_runtime"]),
             attempt=int(data.get("attempt") or 1),
             past_attempts=tuple(Attempt.from_json(a) for a in data.get("past_attempts") or []),
+            manifest=dict(data.get("manifest") or {}),
+            submitted_manifest=data.get("submitted_manifest"),
             raw=data,
         )
 

@@ -23,7 +23,8 @@ from service.db import repository
 from service.db.models import Learner, StatusEvent, Training, utcnow
 from service.domain import quotas
 from service.domain.lifecycle import LearnerObservation
-from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
+from service.domain.manifest import Manifest, parse_manifest_text
+from service.domain.manifest_formats import Submitted, load_submitted
 from service.domain.runtimes import runtime_refusal
 from service.domain.states import TrainingState, check_requeue, check_restart, check_transition
 from service.errors import (
@@ -34,7 +35,7 @@ from service.errors import (
     ValidationFailed,
 )
 from service.logs.base import LogStore
-from service.secrets import SecretBox, seal_manifest
+from service.secrets import SecretBox, masked_document, seal_manifest
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, inspect_archive
 from service.storage.base import ObjectStore, StoreUnavailable
@@ -53,11 +54,14 @@ def create_training(
     archive_format: str,
     *,
     secrets: SecretBox | None = None,
+    submitted: Submitted | None = None,
 ) -> Training:
     """Store the code archive and insert the training QUEUED, with one row per learner.
 
     The data-store credentials of the manifest are stored encrypted with `secrets`
-    (required when the manifest has a data or results reference). If anything fails
+    (required when the manifest has a data or results reference). `submitted`: the
+    manifest as the user sent it, kept (credentials masked) as `submitted_manifest`, and
+    what its translation chose said in the QUEUED event. If anything fails
     after the archive is stored, the archive is removed again: a refused submission leaves
     nothing behind.
     """
@@ -81,6 +85,7 @@ def create_training(
         compute_name=manifest.compute_configuration.name,
         nodes=manifest.nodes,
         manifest=document,
+        submitted_manifest=masked_document(submitted.document) if submitted else None,
         model_definition_key=key,
         code_bytes=archive.stat().st_size,
         created_at=now,
@@ -90,7 +95,10 @@ def create_training(
         Learner(learner_id=i, status=TrainingState.QUEUED, updated_at=now)
         for i in range(1, manifest.nodes + 1)
     ]
-    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now)]
+    notes = None
+    if submitted is not None and submitted.notes:
+        notes = f"translated from {submitted.format_name}: {'; '.join(submitted.notes)}"
+    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now, message=notes)]
     session.add(training)
     try:
         session.flush()
@@ -129,7 +137,8 @@ def submission(
     archive is removed again and the error goes on. Once the block is through, the spooled
     upload is gone and the monitor is woken to admit the training.
     """
-    parsed = load_manifest(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    submitted = load_submitted(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    parsed = submitted.manifest
     plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
     queued, stored = repository.tenant_queued_and_stored(session, tenant.id)
     if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
@@ -138,14 +147,14 @@ def submission(
         update={"max_runtime": quotas.effective_max_runtime(plan, parsed.max_runtime)}
     )
     if refused := check_references(parsed, platform.endpoint_policy):
-        raise ValidationFailed(refused)
+        raise ValidationFailed(submitted.as_written(refused))
     if missing := runtime_refusal(
         platform.catalog,
         parsed.framework.name,
         parsed.framework.version,
         platform.startable_runtimes(),
     ):
-        raise ValidationFailed([missing])
+        raise ValidationFailed(submitted.as_written([missing]))
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
         spooled = Path(tmp) / "model_definition"
         with spooled.open("wb") as out:
@@ -166,6 +175,7 @@ def submission(
                 spooled,
                 summary.format,
                 secrets=platform.secrets,
+                submitted=submitted,
             )
         except StoreUnavailable as e:
             raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e

@@ -60,6 +60,7 @@ from service.trainings import (
 from worker.admitting import admit_queued, release_gang
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation, check_observation
+from worker.porting_notes import with_porting_note
 
 log = logging.getLogger("dlaas.monitor")
 
@@ -304,6 +305,8 @@ class Monitor:
             return None
         if decision.state is not None:
             message = decision.message
+            if decision.state == TrainingState.FAILED and message is not None:
+                message = with_porting_note(self.platform.logs, training, message)
             for skipped, at in passed_through(state, decision.state, report.learners):
                 record_transition(training, skipped, None, at=datetime.fromtimestamp(at, UTC))
             record_transition(training, decision.state, message, at=now)

@@ -1,4 +1,11 @@
-"""Check and safely extract user-uploaded model_definition archives (.zip or .tar.gz)."""
+"""Check and safely extract user-uploaded model_definition archives (.zip or .tar.gz).
+
+File modes: a regular file is written 0o755 when the archive gives its owner the execute
+bit (a zip's Unix mode in `external_attr`, a tar member's mode), else 0o644, exactly
+(whatever the process's umask), so `./launcher.py` runs as the user packed it. Nothing
+else of the archive's mode is kept: never set-uid, set-gid or sticky, never group or other
+write (`restored_mode`).
+"""
 
 from __future__ import annotations
 
@@ -74,7 +81,7 @@ class _Entry:
     member: str  # the name as written in the archive, for messages
     name: str  # normalized, "/"-separated, relative to the root ("" is the root itself)
     kind: _Kind
-    executable: bool
+    mode: int  # the mode the archive gives the member (permission bits)
     link: str  # symlink: target to write; hard link: normalized name of the linked file
     open: Callable[[], IO[bytes] | None] | None
 
@@ -199,7 +206,7 @@ def _zip_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
                     link = f.read(_MAX_LINK_TARGET).decode("utf-8", "surrogateescape")
             name, link = check.add(member, kind, size if kind == "file" else 0, link)
             opener = functools.partial(zf.open, info) if kind == "file" else None
-            yield _Entry(member, name, kind, bool(mode & 0o111), link, opener)
+            yield _Entry(member, name, kind, stat.S_IMODE(mode), link, opener)
 
 
 def _tar_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
@@ -214,7 +221,7 @@ def _tar_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
                 size = info.size if kind == "file" else 0
                 name, link = check.add(info.name, kind, size, info.linkname)
                 opener = functools.partial(tf.extractfile, info) if kind == "file" else None
-                yield _Entry(info.name, name, kind, bool(info.mode & 0o111), link, opener)
+                yield _Entry(info.name, name, kind, stat.S_IMODE(info.mode), link, opener)
         # tarfile stops at the end-of-archive block; read on so that gzip's length and CRC
         # check notices a truncated or corrupt stream.
         tail = 0
@@ -282,6 +289,13 @@ def extract_archive(
     return ArchiveSummary(fmt, check.entries, check.unpacked)
 
 
+def restored_mode(archived: int) -> int:
+    """The mode a regular file is written with, from the mode its archive gives it: its
+    owner's execute bit decides between 0o755 and 0o644; set-uid, set-gid, sticky and
+    group or other write are never kept."""
+    return 0o755 if archived & stat.S_IXUSR else 0o644
+
+
 def _write(directory: TenantDir, entry: _Entry, room: int, check: _Checker) -> int:
     """Create one validated entry beneath the directory; return the bytes written."""
     if not entry.name:
@@ -297,7 +311,9 @@ def _write(directory: TenantDir, entry: _Entry, room: int, check: _Checker) -> i
         if entry.open is None:
             return 0
         # O_EXCL never follows or reuses an existing path, so a planted link cannot redirect us.
-        out = directory.create(entry.name, 0o755 if entry.executable else 0o644)
+        mode = restored_mode(entry.mode)
+        out = directory.create(entry.name, mode)
+        os.fchmod(out.fileno(), mode)  # exactly: the umask takes nothing away
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             # Nothing may be created beneath a symlink, not even one this archive made.

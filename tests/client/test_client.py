@@ -217,6 +217,23 @@ def test_create_from_a_dict_and_a_directory(me: Client, platform: Platform) -> N
         )
 
 
+def test_an_ffdl_manifest_through_the_client(me: Client) -> None:
+    ffdl = {
+        "name": "ffdl-style",
+        "version": "1.0",
+        "gpus": 1,
+        "memory": "512MiB",
+        "learners": 1,
+        "framework": {"name": "tensorflow", "version": "1.5.0-gpu-py3", "command": "python3 x.py"},
+    }
+    training = me.trainings.create(ffdl, ENV_CODE)
+    assert (training.framework.name, training.framework.version) == ("tensorflow", "1.5")
+    assert training.compute_configuration.name == "K80"
+    assert training.manifest["conventions"] == "ffdl"
+    assert training.submitted_manifest == ffdl
+    assert me.trainings.get(training.id).submitted_manifest == ffdl
+
+
 def test_create_from_files_and_bytes(me: Client, tmp_path: Path) -> None:
     yaml_file = tmp_path / "m.yaml"
     yaml_file.write_text(

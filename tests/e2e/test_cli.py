@@ -112,6 +112,37 @@ def test_a_manifest_breaking_a_rule_names_the_field(up: Up, tmp_path: Path) -> N
     assert [e["field"] for e in problem["errors"]] == ["/compute_configuration/name"]
 
 
+def test_train_takes_an_ffdl_manifest_as_ffdl_wrote_it(up: Up, tmp_path: Path) -> None:
+    ffdl = {
+        "name": "ffdl-style",
+        "version": "1.0",
+        "gpus": 0,
+        "cpus": 0.5,
+        "memory": "1Gb",
+        "learners": 1,
+        "framework": {
+            "name": "tensorflow",
+            "version": "1.5.0-py3",
+            "command": "python3 slow.py --seconds 1",
+        },
+    }
+    manifest = tmp_path / "manifest.yml"
+    manifest.write_text(yaml.safe_dump(ffdl, sort_keys=False))
+    submitted = json.loads(ok(dlaas(up, "train", manifest, ENV_CODE, "--json")).stdout)
+    assert submitted["framework"] == {"name": "tensorflow", "version": "1.5"}
+    assert submitted["compute_configuration"] == {"name": "K80", "nodes": 1}
+    assert submitted["manifest"]["conventions"] == "ffdl"
+    assert submitted["submitted_manifest"] == ffdl
+    followed = ok(dlaas(up, "logs", submitted["id"], "--follow")).stdout
+    assert "done ticks=" in followed
+
+    ffdl["data_stores"] = [{"id": "nfs", "type": "mount_volume"}]
+    manifest.write_text(yaml.safe_dump(ffdl))
+    refused = dlaas(up, "train", manifest, ENV_CODE)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "/data_stores/0/type" in refused.stderr and "mount_volume" in refused.stderr
+
+
 def test_failures_exit_non_zero_with_the_message(up: Up, tmp_path: Path) -> None:
     missing = dlaas(up, "show", "nosuchtraining")
     assert missing.returncode == 1

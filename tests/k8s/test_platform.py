@@ -321,3 +321,54 @@ def test_between_full_passes_the_monitor_reconciles_only_what_changed(
     observed.clear()
     monitor.tick(utcnow() + timedelta(seconds=settings.monitor_full_pass_seconds))
     assert sorted(observed) == sorted([ids[0], stopped])
+
+
+FFDL_TF_DISTRIBUTED = """\
+name: Distributed-tensorflow-mnist
+version: "1.0"
+gpus: 0
+memory: 1GiB
+cpus: 1
+learners: 2
+framework:
+  name: tensorflow
+  version: "1.5.0-py3"
+  command: PS_HOSTS_COUNT=1 ./launcher.py python3 mnist_dist.py --data_dir ${DATA_DIR}
+"""
+
+
+def test_an_ffdl_manifest_creates_pods_named_as_ffdl_names_them(
+    client: TestClient,
+    platform: Platform,
+    core: client.CoreV1Api,
+    k8s_backend: tuple[Outbox, KubernetesBackend],
+) -> None:
+    """FfDL's conventions on the cluster: learner i's pod and host `<prefix>-<i-1>` (from 0)
+    in the headless Service `<prefix>`, so the launcher's `<prefix>-0.<prefix>:2222` is the
+    parameter server (LEARNER_ID 1) and `<prefix>-1.<prefix>:2222` the worker."""
+    outbox, backend = k8s_backend
+    headers = create_tenant(client, "ffdl-user")
+    r = submit(client, headers, FFDL_TF_DISTRIBUTED)
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    Monitor(platform, backend).tick()
+    assert outbox.sent == [(LAUNCH, tid)]
+    execution.launch(platform, backend, tid)
+
+    prefix = learner_name_prefix(tid)
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+    assert sorted(pods) == [f"{prefix}-0", f"{prefix}-1"]
+    for name, pod in pods.items():
+        assert pod.spec.hostname == name and pod.spec.subdomain == prefix
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        learner_id = int(name.rsplit("-", 1)[1]) + 1
+        assert env["LEARNER_ID"] == pod.metadata.labels["dlaas.io/learner-id"] == str(learner_id)
+        assert env["LEARNER_NAME_PREFIX"] == prefix
+        assert env["NUM_LEARNERS"] == "2" and env["PS_HOSTS_COUNT"] == "1"
+        assert env["JOB_STATE_DIR"] == "/job" and env["DLAAS_JOB_ID"] == tid
+    assert pods[f"{prefix}-0"].metadata.labels["dlaas.io/role"] == "ps"
+    assert pods[f"{prefix}-1"].metadata.labels["dlaas.io/role"] == "worker"
+    (service,) = core.list_namespaced_service(
+        NAMESPACE, label_selector=f"dlaas.io/training-id={tid}"
+    ).items
+    assert service.metadata.name == prefix

@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import struct
+import subprocess
 import tarfile
 import warnings
 import zipfile
@@ -319,3 +320,45 @@ def test_extract_into_an_existing_empty_dest(tmp_path: Path) -> None:
     dest.mkdir()
     assert extract_archive(archive, dest) == ArchiveSummary("tar.gz", 2, 2)
     assert (dest / "a.py").read_bytes() == b"ok"
+
+
+@pytest.mark.parametrize(
+    ("archived", "written"),
+    [
+        (0o755, 0o755),
+        (0o644, 0o644),
+        (0o700, 0o755),  # the owner's execute bit decides
+        (0o744, 0o755),
+        (0o600, 0o644),
+        (0o011, 0o644),  # group's and other's execute bits alone do not
+        (0o4755, 0o755),  # set-uid dropped
+        (0o2755, 0o755),  # set-gid dropped
+        (0o1777, 0o755),  # sticky and group/other write dropped
+        (0o666, 0o644),  # group/other write dropped
+        (0o000, 0o644),  # no Unix mode (an archiver on another system)
+    ],
+)
+@pytest.mark.parametrize("build", [zip_bytes, tar_bytes], ids=["zip", "tar.gz"])
+def test_file_modes_are_restored_execute_bits_only(
+    tmp_path: Path, build: Callable[[list[Member]], bytes], archived: int, written: int
+) -> None:
+    archive = write(tmp_path, partial(build, [F("launcher.py", b"#!/bin/sh\necho hi\n", archived)]))
+    dest = tmp_path / "dest"
+    old = os.umask(0o077)  # the mode is written exactly, whatever the umask
+    try:
+        extract_archive(archive, dest)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((dest / "launcher.py").stat().st_mode) == written
+
+
+@pytest.mark.parametrize("build", [zip_bytes, tar_bytes], ids=["zip", "tar.gz"])
+def test_a_launcher_packed_0755_runs_as_dot_slash(
+    tmp_path: Path, build: Callable[[list[Member]], bytes]
+) -> None:
+    script = b'#!/bin/sh\necho launched "$@"\n'
+    archive = write(tmp_path, partial(build, [F("launcher.py", script, 0o755)]))
+    dest = tmp_path / "dest"
+    extract_archive(archive, dest)
+    run = subprocess.run(["./launcher.py", "x"], cwd=dest, capture_output=True, text=True)
+    assert (run.returncode, run.stdout) == (0, "launched x\n")

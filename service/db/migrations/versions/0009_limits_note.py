@@ -3,7 +3,7 @@ configuration asks on this machine (resource limits, isolation), said once on th
 training instead of in its status messages
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-27 05:10:00.000000
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
