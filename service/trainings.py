@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -22,6 +22,7 @@ from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Learner, StatusEvent, Training, utcnow
 from service.domain import quotas
+from service.domain.kubeflow_jobs import is_kubernetes_object, load_kubeflow_job
 from service.domain.lifecycle import LearnerObservation
 from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
 from service.domain.runtimes import runtime_refusal
@@ -129,7 +130,15 @@ def submission(
     archive is removed again and the error goes on. Once the block is through, the spooled
     upload is gone and the monitor is woken to admit the training.
     """
-    parsed = load_manifest(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    document = parse_manifest_text(manifest_text)
+    # A Kubeflow TFJob or MPIJob is taken as the manifest it translates to; refusals name
+    # the job's own fields.
+    written_as: Callable[[str], str] = str
+    if is_kubernetes_object(document):
+        parsed, translation = load_kubeflow_job(document, platform.catalog, tenant.plan)
+        written_as = translation.field
+    else:
+        parsed = load_manifest(document, platform.catalog, tenant.plan)
     plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
     queued, stored = repository.tenant_queued_and_stored(session, tenant.id)
     if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
@@ -145,7 +154,7 @@ def submission(
         parsed.framework.version,
         platform.startable_runtimes(),
     ):
-        raise ValidationFailed([missing])
+        raise ValidationFailed([FieldError(written_as(missing.field), missing.message)])
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
         spooled = Path(tmp) / "model_definition"
         with spooled.open("wb") as out:
