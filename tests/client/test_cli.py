@@ -75,9 +75,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[object, str, st
     return exited.value.code, captured.out, captured.err
 
 
-def new_tenant(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
+def new_tenant(capsys: pytest.CaptureFixture[str], name: str, plan: str = "lite") -> dict[str, Any]:
     code, out, _ = run(
-        capsys, "tenants", "create", name, "--plan", "lite", "--admin-key", ADMIN_KEY, "--json"
+        capsys, "tenants", "create", name, "--plan", plan, "--admin-key", ADMIN_KEY, "--json"
     )
     assert code == 0
     tenant: dict[str, Any] = json.loads(out)
@@ -424,3 +424,33 @@ def test_json_lists_are_the_api_answers(
     keys = json.loads(out)
     assert code == 0 and keys == api(f"/v1/tenants/{tenant['id']}/keys", ADMIN_KEY)
     assert set(keys) == {"items"} and len(keys["items"]) == 1
+
+
+@pytest.mark.usefixtures("against_app")
+def test_train_takes_a_kubeflow_job_file_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`dlaas train job.yaml code/`: the TFJob file is the manifest; a field the platform
+    cannot carry is refused by name."""
+    tenant = new_tenant(capsys, "kubeflow", plan="standard")
+    key = ("--api-key", tenant["api_key"])
+    code_zip = tmp_path / "code.zip"
+    code_zip.write_bytes(CODE_ZIP)
+    job = Path(__file__).resolve().parents[2] / "examples" / "kubeflow" / "tfjob-ps.yaml"
+    code, out, _ = run(capsys, *key, "train", str(job), str(code_zip), "--json")
+    assert code == 0
+    training = json.loads(out)
+    assert training["name"] == "ps-seed-tfjob"
+    assert training["compute_configuration"] == {"name": "P100", "nodes": 3}
+
+    with_volume = tmp_path / "tfjob.yaml"
+    with_volume.write_text(
+        job.read_text().replace(
+            "          containers:\n",
+            "          volumes: [{name: data, emptyDir: {}}]\n          containers:\n",
+            1,
+        )
+    )
+    code, _, err = run(capsys, *key, "train", str(with_volume), str(code_zip))
+    assert code == 1
+    assert "/spec/tfReplicaSpecs/PS/template/spec/volumes" in err
