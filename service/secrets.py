@@ -122,3 +122,28 @@ def masked_reference(ref: Any) -> dict[str, Any] | None:
             if field in connection:
                 connection[field] = MASK
     return out
+
+
+# A submitted manifest's credentials, in any format's words: the platform's, FfDL's
+# (`user_name`, `password`), wherever a `connection` mapping holds them.
+SUBMITTED_CREDENTIAL_FIELDS = (*CREDENTIAL_FIELDS, "user_name", "password")
+
+
+def masked_document(doc: Any) -> Any:
+    """A copy of a submitted manifest with the credentials of every `connection` in it
+    replaced by ***: what is kept of the manifest as sent (the translated one holds them,
+    sealed) and shown back."""
+    if isinstance(doc, list):
+        return [masked_document(item) for item in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == "connection" and isinstance(value, dict):
+            out[key] = {
+                k: MASK if k in SUBMITTED_CREDENTIAL_FIELDS else masked_document(v)
+                for k, v in value.items()
+            }
+        else:
+            out[key] = masked_document(value)
+    return out

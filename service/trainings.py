@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -22,9 +22,9 @@ from service.auth import TenantRef, new_id
 from service.db import repository
 from service.db.models import Learner, StatusEvent, Training, utcnow
 from service.domain import quotas
-from service.domain.kubeflow_jobs import is_kubernetes_object, load_kubeflow_job
 from service.domain.lifecycle import LearnerObservation
-from service.domain.manifest import Manifest, load_manifest, parse_manifest_text
+from service.domain.manifest import Manifest, parse_manifest_text
+from service.domain.manifest_formats import Submitted, load_submitted
 from service.domain.runtimes import runtime_refusal
 from service.domain.states import TrainingState, check_requeue, check_restart, check_transition
 from service.errors import (
@@ -35,7 +35,7 @@ from service.errors import (
     ValidationFailed,
 )
 from service.logs.base import LogStore
-from service.secrets import SecretBox, seal_manifest
+from service.secrets import SecretBox, masked_document, seal_manifest
 from service.storage import keys
 from service.storage.archives import UnsafeArchiveError, inspect_archive
 from service.storage.base import ObjectStore, StoreUnavailable
@@ -54,11 +54,14 @@ def create_training(
     archive_format: str,
     *,
     secrets: SecretBox | None = None,
+    submitted: Submitted | None = None,
 ) -> Training:
     """Store the code archive and insert the training QUEUED, with one row per learner.
 
     The data-store credentials of the manifest are stored encrypted with `secrets`
-    (required when the manifest has a data or results reference). If anything fails
+    (required when the manifest has a data or results reference). `submitted`: the
+    manifest as the user sent it, kept (credentials masked) as `submitted_manifest`, and
+    what its translation chose said in the QUEUED event. If anything fails
     after the archive is stored, the archive is removed again: a refused submission leaves
     nothing behind.
     """
@@ -82,6 +85,7 @@ def create_training(
         compute_name=manifest.compute_configuration.name,
         nodes=manifest.nodes,
         manifest=document,
+        submitted_manifest=masked_document(submitted.document) if submitted else None,
         model_definition_key=key,
         code_bytes=archive.stat().st_size,
         created_at=now,
@@ -91,7 +95,10 @@ def create_training(
         Learner(learner_id=i, status=TrainingState.QUEUED, updated_at=now)
         for i in range(1, manifest.nodes + 1)
     ]
-    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now)]
+    notes = "; ".join(submitted.notes) if submitted and submitted.notes else None
+    if notes is not None and submitted is not None:
+        notes = f"submitted as a {submitted.format} manifest: {notes}"
+    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now, message=notes)]
     session.add(training)
     try:
         session.flush()
@@ -130,15 +137,8 @@ def submission(
     archive is removed again and the error goes on. Once the block is through, the spooled
     upload is gone and the monitor is woken to admit the training.
     """
-    document = parse_manifest_text(manifest_text)
-    # A Kubeflow TFJob or MPIJob is taken as the manifest it translates to; refusals name
-    # the job's own fields.
-    written_as: Callable[[str], str] = str
-    if is_kubernetes_object(document):
-        parsed, translation = load_kubeflow_job(document, platform.catalog, tenant.plan)
-        written_as = translation.field
-    else:
-        parsed = load_manifest(document, platform.catalog, tenant.plan)
+    submitted = load_submitted(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
+    parsed = submitted.manifest
     plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
     queued, stored = repository.tenant_queued_and_stored(session, tenant.id)
     if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
@@ -147,14 +147,14 @@ def submission(
         update={"max_runtime": quotas.effective_max_runtime(plan, parsed.max_runtime)}
     )
     if refused := check_references(parsed, platform.endpoint_policy):
-        raise ValidationFailed(refused)
+        raise ValidationFailed(submitted.as_written(refused))
     if missing := runtime_refusal(
         platform.catalog,
         parsed.framework.name,
         parsed.framework.version,
         platform.startable_runtimes(),
     ):
-        raise ValidationFailed([FieldError(written_as(missing.field), missing.message)])
+        raise ValidationFailed(submitted.as_written([missing]))
     with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
         spooled = Path(tmp) / "model_definition"
         with spooled.open("wb") as out:
@@ -175,6 +175,7 @@ def submission(
                 spooled,
                 summary.format,
                 secrets=platform.secrets,
+                submitted=submitted,
             )
         except StoreUnavailable as e:
             raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e

@@ -46,7 +46,7 @@ from service.trainings import (
 )
 from worker.backends.base import Backend, Observation, StartRequest, check_observation
 from worker.installs import runtime_ready
-from worker.launchers.plan import TrainingSpec
+from worker.launchers.plan import DLAAS_CONVENTIONS, TrainingSpec
 
 log = logging.getLogger("dlaas.worker")
 
@@ -70,6 +70,7 @@ def training_spec(training: Training, platform: Platform) -> TrainingSpec:
         distribution=distribution,
         cpus=compute.cpus if compute else 0,
         memory_gib=compute.memory_gib if compute else 0,
+        conventions=training.manifest.get("conventions") or DLAAS_CONVENTIONS,
     )
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.db.models import ApiKey, Tenant, Training
 from service.db.repository import TrainingView
-from service.secrets import masked_reference
+from service.secrets import masked_document, masked_reference
 
 
 class TenantCreate(BaseModel):
@@ -134,6 +134,15 @@ class TrainingOut(BaseModel):
     training_results_reference: dict[str, Any] | None = Field(
         default=None, description="As submitted, with the credentials shown as ***."
     )
+    manifest: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The manifest the training runs: the platform's own form (translated "
+        "if it was submitted in another format, e.g. FfDL's), credentials shown as ***.",
+    )
+    submitted_manifest: dict[str, Any] | None = Field(
+        default=None,
+        description="The manifest as submitted, in its own format, credentials shown as ***.",
+    )
 
     @classmethod
     def of(cls, t: Training | TrainingView) -> TrainingOut:
@@ -165,6 +174,8 @@ class TrainingOut(BaseModel):
             training_results_reference=masked_reference(
                 t.manifest.get("training_results_reference")
             ),
+            manifest=masked_document(t.manifest),
+            submitted_manifest=masked_document(t.submitted_manifest),
         )
 
 

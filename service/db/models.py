@@ -102,6 +102,9 @@ class Training(Base):
     compute_name: Mapped[str] = mapped_column(String(64))
     nodes: Mapped[int] = mapped_column(Integer)
     manifest: Mapped[dict[str, Any]] = mapped_column()
+    # The manifest as submitted (its format's own document, FfDL's say), credentials
+    # masked; `manifest` is what it was translated to. None: submitted before it was kept.
+    submitted_manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     model_definition_key: Mapped[str] = mapped_column(String(512))
     # Bytes stored for it, what the plan's max_stored_bytes counts: the code archive (at
     # submission) and the results (at the end, learners' logs included).

@@ -325,6 +325,7 @@ class TrainingView:
     compute_name: str
     nodes: int
     manifest: dict[str, Any]
+    submitted_manifest: dict[str, Any] | None
     stop_requested_at: datetime | None
     delete_requested_at: datetime | None
     created_at: datetime

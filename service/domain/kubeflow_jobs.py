@@ -8,8 +8,9 @@ command, `resources.limits` the smallest compute configuration that holds them
 (service.domain.resources), `runPolicy.activeDeadlineSeconds` `max_runtime`,
 `runPolicy.backoffLimit` `retry_policy`, and the image the framework and version of the
 runtime it names (service.domain.kubeflow_pods). What cannot be carried is refused naming
-the field, as a JSON pointer into the file as sent; `load_kubeflow_job` then checks the
-manifest as any other and reports its refusals at the job's own fields too.
+the field, as a JSON pointer into the file as sent; service.domain.manifest_formats then
+checks the manifest as any other, its refusals named at the job's own fields too
+(`Translation.written_as`).
 
 Why a schema of our own rather than the Kubeflow SDK's models: the maintained package
 (`kubeflow-training`) has TFJob models but only v1 MPIJob ones (v2beta1 MPIJob models are
@@ -39,7 +40,6 @@ from service.domain.kubeflow_pods import (
     read_container,
     shell_line,
 )
-from service.domain.manifest import Manifest, load_manifest
 from service.domain.mpirun_line import read_mpirun_line
 from service.domain.resources import NoComputeConfiguration, smallest_compute
 from service.errors import FieldError, ValidationFailed
@@ -79,37 +79,14 @@ def is_kubernetes_object(data: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class Translation:
-    """The platform's manifest of a job, and where each of its fields came from."""
+    """The platform's manifest of a job, where each of its fields came from, and what the
+    translation chose that the job does not say, in words."""
 
     manifest: dict[str, Any]
-    # A pointer into the manifest (and everything below it) -> a pointer into the job.
+    # A pointer into the manifest -> the pointer into the job it came from (each leaf a
+    # check of the manifest may name, as service.domain.manifest.as_written reads it).
     written_as: dict[str, str]
-
-    def field(self, pointer: str) -> str:
-        """Where the job wrote what `pointer` of the manifest says."""
-        best = ""
-        for canonical in self.written_as:
-            if (pointer == canonical or pointer.startswith(canonical + "/")) and len(
-                canonical
-            ) > len(best):
-                best = canonical
-        return self.written_as[best] if best else pointer
-
-    def as_written(self, errors: list[FieldError]) -> list[FieldError]:
-        """The manifest's refusals, each naming the job's field."""
-        return [FieldError(self.field(e.field), e.message) for e in errors]
-
-
-def load_kubeflow_job(
-    data: Mapping[str, Any], catalog: Catalog, plan_name: str
-) -> tuple[Manifest, Translation]:
-    """The job as a validated manifest; ValidationFailed naming the job's fields."""
-    translation = translate_kubeflow_job(data, catalog)
-    try:
-        manifest = load_manifest(translation.manifest, catalog, plan_name)
-    except ValidationFailed as e:
-        raise ValidationFailed(translation.as_written(e.errors)) from e
-    return manifest, translation
+    notes: tuple[str, ...]
 
 
 def translate_kubeflow_job(data: Mapping[str, Any], catalog: Catalog) -> Translation:
@@ -131,7 +108,7 @@ def translate_kubeflow_job(data: Mapping[str, Any], catalog: Catalog) -> Transla
     job = _Job(data, catalog, refusals)
     translation = job.tfjob() if kind == TFJOB else job.mpijob()
     if refusals or translation is None:
-        raise ValidationFailed(list(refusals))
+        raise ValidationFailed(list(dict.fromkeys(refusals)))  # each refusal once
     return translation
 
 
@@ -154,6 +131,7 @@ class _Job:
         if "spec" not in data:
             refusals.add("/spec", "is required")
         self.written_as: dict[str, str] = {"/name": "/metadata/name"}
+        self.notes: list[str] = []
 
     # -- shared by both kinds -----------------------------------------------------------
 
@@ -200,7 +178,8 @@ class _Job:
             if "ExitCode" in restart:
                 retry["retry_on_exit_codes"] = list(SIGNAL_EXIT_CODES)
             manifest["retry_policy"] = retry
-            self.written_as["/retry_policy"] = child(at, "backoffLimit")
+            for field in ("", "/max_retries", "/retry_on_exit_codes"):
+                self.written_as[f"/retry_policy{field}"] = child(at, "backoffLimit")
 
     def replicas(self, specs: Mapping[str, Any], at: str, kind: str, default: int) -> int:
         replica = mapping_at(specs.get(kind), child(at, kind), self.refusals)
@@ -253,6 +232,11 @@ class _Job:
             if first.image:
                 self.refusals.add(child(first.pointer, "image"), runtime)
             return "", ""
+        framework, version = runtime
+        self.notes.append(
+            f"image {first.image} runs as {framework} {version} (runtime "
+            f"{self.catalog.runtime(framework, version)})"
+        )
         return runtime
 
     def compute(self, nodes: int, nodes_at: str, fallback_at: str) -> str:
@@ -274,7 +258,13 @@ class _Job:
             return ""
         asked = [r.where[k] for k in ("gpus", "cpus", "memory_bytes") if k in r.where]
         self.written_as["/compute_configuration"] = asked[0] if asked else fallback_at
+        self.written_as["/compute_configuration/name"] = asked[0] if asked else fallback_at
         self.written_as["/compute_configuration/nodes"] = nodes_at
+        self.notes.append(
+            f"compute configuration {name}: the smallest that holds {r.gpus} GPU(s), "
+            f"{r.cpus:g} CPU(s) and {r.memory_bytes / 2**30:.3g} GiB per learner (the largest "
+            f"replica's resources), on {nodes} node(s)"
+        )
         return name
 
     def command_required(self, container: Container, why: str) -> tuple[str, ...] | None:
@@ -376,7 +366,7 @@ class _Job:
             manifest["framework"]["parameter_servers"] = count["PS"]
             self.written_as["/framework/parameter_servers"] = child(child(at, "PS"), "replicas")
         self.run_policy(manifest, restart)
-        return Translation(manifest, dict(self.written_as))
+        return Translation(manifest, dict(self.written_as), tuple(self.notes))
 
     # -- MPIJob --------------------------------------------------------------------------
 
@@ -450,7 +440,7 @@ class _Job:
         }
         self.written_as["/framework/command"] = launcher.command_at
         self.run_policy(manifest, restart)
-        return Translation(manifest, dict(self.written_as))
+        return Translation(manifest, dict(self.written_as), tuple(self.notes))
 
     def _check_worker(self, worker: Container, launcher: Container) -> None:
         """Workers only host the launcher's ranks: their command is sshd or none."""

@@ -180,6 +180,13 @@ class Manifest(_Strict):
     retry_policy: RetryPolicy | None = Field(
         default=None, description="Not given: a failed training is not retried."
     )
+    conventions: Literal["dlaas", "ffdl"] | None = Field(
+        default=None,
+        description="The learners' host names and variables: dlaas (not given) names "
+        "learner i `$LEARNER_NAME_PREFIX-$LEARNER_ID`, from 1; ffdl as FfDL does, "
+        "`$LEARNER_NAME_PREFIX-<i>` from 0 (LEARNER_ID i+1), with FfDL's variables. "
+        "A manifest in FfDL's format is translated with `ffdl`.",
+    )
 
     @property
     def nodes(self) -> int:
@@ -407,10 +414,22 @@ def _pointer(loc: tuple[int | str, ...]) -> str:
 
 
 def _as_written(pointer: str, written_as: Mapping[str, str]) -> str:
-    for canonical, original in written_as.items():
-        if pointer == canonical or pointer.startswith(canonical + "/"):
-            return original + pointer[len(canonical) :]
-    return pointer
+    """`pointer` in the document as the user wrote it: the longest canonical pointer of
+    `written_as` it is or is below, replaced by what it was written as."""
+    best = ""
+    for canonical in written_as:
+        if (pointer == canonical or pointer.startswith(canonical + "/")) and len(canonical) > len(
+            best
+        ):
+            best = canonical
+    if not best:
+        return pointer
+    return written_as[best] + pointer[len(best) :]
+
+
+def as_written(errors: list[FieldError], written_as: Mapping[str, str]) -> list[FieldError]:
+    """Field errors about the canonical manifest, named as the user wrote the document."""
+    return [FieldError(_as_written(e.field, written_as), e.message) for e in errors]
 
 
 def check_rules(manifest: Manifest, catalog: Catalog, plan_name: str) -> list[FieldError]:
@@ -573,9 +592,18 @@ def _plan_errors(
         )
 
 
-def load_manifest(data: Mapping[str, Any], catalog: Catalog, plan_name: str) -> Manifest:
-    """Validate a parsed manifest; raise ValidationFailed listing every offending field."""
-    canonical, written_as = normalize_aliases(data)
+def load_manifest(
+    data: Mapping[str, Any],
+    catalog: Catalog,
+    plan_name: str,
+    *,
+    written_as: Mapping[str, str] | None = None,
+) -> Manifest:
+    """Validate a parsed manifest; raise ValidationFailed listing every offending field.
+    `written_as`: canonical pointer -> pointer in the document as submitted, for a
+    manifest translated from another format (service.domain.manifest_formats)."""
+    canonical, aliases = normalize_aliases(data)
+    written_as = {**(written_as or {}), **aliases}
     try:
         manifest = Manifest.model_validate(canonical)
     except ValidationError as e:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from service.errors import FieldError
-from service.storage.s3 import check_bucket_name, parse_endpoint
+from service.storage.s3 import check_user_bucket_name, parse_endpoint
 
 if TYPE_CHECKING:  # not at run time: learners import this module and must start fast
     from service.domain.manifest import Manifest
@@ -300,7 +300,7 @@ def check_references(manifest: Manifest, policy: EndpointPolicy) -> list[FieldEr
         why = policy.refusal(ref.connection.endpoint_url)
         if why is not None:
             errors.append(FieldError(f"{pointer}/connection/endpoint_url", why))
-        bad_bucket = check_bucket_name(bucket)
+        bad_bucket = check_user_bucket_name(bucket)
         if bad_bucket is not None:
             where = "source" if pointer.endswith("data_reference") else "target"
             errors.append(FieldError(f"{pointer}/{where}/bucket", bad_bucket))

@@ -90,6 +90,29 @@ def check_bucket_name(name: str) -> str | None:
     return None
 
 
+# A user's bucket may also have underscores (`tf_training_data`, as FfDL's examples name
+# them): S3's legacy rule, which MinIO's client and S3-compatible endpoints that keep it
+# accept (with path-style requests); an endpoint that does not answers so itself.
+_USER_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._\-]{1,61}[a-z0-9]$")
+_IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def check_user_bucket_name(name: str) -> str | None:
+    """Why `name` cannot name a user's data or results bucket, or None if it can: the
+    platform's rule (check_bucket_name) with underscores allowed."""
+    if (
+        not _USER_BUCKET_NAME.match(name)
+        or any(pair in name for pair in ("..", ".-", "-."))
+        or _IPV4.match(name)
+    ):
+        return (
+            "must be 3 to 63 characters of lower-case letters, digits, '.', '-' and '_' "
+            "(underscores where the S3 endpoint allows them), starting and ending with a "
+            "letter or digit, not an IP address"
+        )
+    return None
+
+
 class RedirectRefused(HTTPError):
     """The endpoint answered with a redirect, which is never followed."""
 

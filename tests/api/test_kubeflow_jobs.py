@@ -34,6 +34,18 @@ def test_the_tfjob_file_as_sent_is_a_training(client: TestClient, tenant: dict[s
     assert body["compute_configuration"] == {"name": "P100", "nodes": 3}
     assert body["max_runtime"] == 1800
     assert [learner["learner_id"] for learner in body["learners"]] == [1, 2, 3]
+    # Shown back as both: the manifest it runs, and the job as sent.
+    shown = client.get(f"/v1/trainings/{body['id']}", headers=tenant).json()
+    assert shown["submitted_manifest"] == yaml.safe_load(TFJOB_TEXT)
+    assert shown["manifest"]["framework"] == {
+        "name": "tensorflow",
+        "version": "2.21",
+        "command": "python3 launcher.py --steps 100",
+        "parameter_servers": 1,
+    }
+    queued = shown["status_history"][0]["message"]
+    assert queued.startswith("submitted as a kubeflow manifest: image tensorflow/tensorflow")
+    assert "compute configuration P100: the smallest that holds 1 GPU(s)" in queued
 
 
 def test_a_tfjob_with_a_volume_is_refused_naming_it(

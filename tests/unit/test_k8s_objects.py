@@ -33,7 +33,14 @@ from worker.backends.kubernetes.objects import (
     training_objects,
 )
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, TrainingSpec, learner_name_prefix
+from worker.launchers.plan import (
+    DLAAS_CONVENTIONS,
+    FFDL_CONVENTIONS,
+    Addressing,
+    TrainingSpec,
+    first_host_index,
+    learner_name_prefix,
+)
 from worker.learner.spec import LearnerSpec
 
 # Versions whose schemas kubernetes-validate ships: native sidecars (an init container's
@@ -108,6 +115,7 @@ class Case:
     tenant: str = "acme"
     runtime: str = "platform"
     training_id: str = "abc123def456"
+    conventions: str = DLAAS_CONVENTIONS
 
     @property
     def distribution(self) -> str:
@@ -125,10 +133,12 @@ class Case:
             distribution=self.distribution,
             cpus=self.compute.cpus,
             memory_gib=self.compute.memory_gib,
+            conventions=self.conventions,
         )
         prefix = learner_name_prefix(self.training_id)
-        mpi = layout.mpi_setup() if self.distribution == "mpi" else None
-        plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, self.nodes), mpi)
+        mpi = layout.mpi_setup(self.conventions) if self.distribution == "mpi" else None
+        first = first_host_index(self.conventions)
+        plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, self.nodes, first), mpi)
         return TrainingObjectsInput(
             training_id=self.training_id,
             tenant=self.tenant,
@@ -176,6 +186,14 @@ CASES = {
         DEFAULT_CATALOG.compute_configurations["P100"].model_copy(
             update={"tolerations": GPU_TOLERATIONS}
         ),
+    ),
+    "ffdl-parameter-server": Case("tensorflow", 2, CPU, ps=1, conventions=FFDL_CONVENTIONS),
+    "ffdl-mpi": Case(
+        "tensorflow-horovod",
+        2,
+        DEFAULT_CATALOG.compute_configurations["P100x2"],
+        runtime="horovod-tf2.14",
+        conventions=FFDL_CONVENTIONS,
     ),
 }
 
@@ -238,7 +256,8 @@ def test_names_hostnames_and_dns_search(case: str) -> None:
     assert service["metadata"]["name"] == prefix
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
-    for i, pod in enumerate(of_kind(objects, "Pod"), start=1):
+    first = first_host_index(CASES[case].conventions)  # 0 under FfDL's conventions
+    for i, pod in enumerate(of_kind(objects, "Pod"), start=first):
         spec = pod["spec"]
         assert pod["metadata"]["name"] == spec["hostname"] == f"{prefix}-{i}"
         assert spec["subdomain"] == prefix
@@ -247,7 +266,8 @@ def test_names_hostnames_and_dns_search(case: str) -> None:
         assert pod["metadata"]["namespace"] == "dlaas-jobs"
         env = env_of(container(pod, "learner"))
         assert env["LEARNER_NAME_PREFIX"] == prefix
-        assert f"{env['LEARNER_NAME_PREFIX']}-{env['LEARNER_ID']}" == spec["hostname"]
+        host_number = int(env["LEARNER_ID"]) - 1 + first
+        assert f"{env['LEARNER_NAME_PREFIX']}-{host_number}" == spec["hostname"]
 
 
 @pytest.mark.parametrize(
@@ -650,3 +670,43 @@ def test_bad_cluster_settings_are_refused(
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("case", "names"),
+    [
+        ("parameter-server", ["learner-abc123def456-1", "learner-abc123def456-2"]),
+        ("ffdl-parameter-server", ["learner-abc123def456-0", "learner-abc123def456-1"]),
+        ("ffdl-mpi", ["learner-abc123def456-0", "learner-abc123def456-1"]),
+    ],
+)
+def test_pods_are_named_as_the_conventions_name_learners(case: str, names: list[str]) -> None:
+    """FfDL's conventions: learner i's pod (and host) is `<prefix>-<i-1>`, from 0, in the
+    Service `<prefix>`, so `<prefix>-0.<prefix>` is learner 1; LEARNER_ID is still i."""
+    found = sorted(pods(case), key=lambda p: int(p["metadata"]["labels"]["dlaas.io/learner-id"]))
+    assert [p["metadata"]["name"] for p in found][: len(names)] == names
+    assert [p["spec"]["hostname"] for p in found][: len(names)] == names
+    assert {p["spec"]["subdomain"] for p in found} == {"learner-abc123def456"}
+    for i, pod in enumerate(found, 1):
+        env = env_of(container(pod, layout.LEARNER_CONTAINER))
+        assert env["LEARNER_ID"] == str(i)
+        if case.startswith("ffdl"):
+            assert env["JOB_STATE_DIR"] == "/job"
+            assert env["DLAAS_JOB_ID"] == "abc123def456"
+            assert env["DOWNWARD_API_POD_NAME"] == pod["metadata"]["name"]
+        else:
+            assert "JOB_STATE_DIR" not in env
+
+
+def test_ffdl_ranks_find_their_learner_from_host_numbers_from_0() -> None:
+    own = " ".join(layout.mpi_setup().rank_prefix)
+    ffdl = " ".join(layout.mpi_setup(FFDL_CONVENTIONS).rank_prefix)
+    assert 'LEARNER_ID="${h##*-}"' in own and "JOB_STATE_DIR" not in own
+    assert 'LEARNER_ID="$((${h##*-} + 1))"' in ffdl and "JOB_STATE_DIR=/job" in ffdl
+
+
+def test_a_plan_named_one_way_is_refused_under_the_other() -> None:
+    inputs = CASES["ffdl-parameter-server"].inputs()
+    mixed = replace(inputs, plan=replace(inputs.plan, conventions=DLAAS_CONVENTIONS))
+    with pytest.raises(ValueError, match="is not learner-abc123def456-1"):
+        training_objects(mixed, CLUSTER)

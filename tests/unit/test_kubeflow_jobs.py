@@ -15,9 +15,9 @@ from service.domain.catalog import DEFAULT_CATALOG
 from service.domain.kubeflow_jobs import (
     SIGNAL_EXIT_CODES,
     is_kubernetes_object,
-    load_kubeflow_job,
     translate_kubeflow_job,
 )
+from service.domain.manifest_formats import KUBEFLOW_FORMAT, load_submitted
 from service.errors import ValidationFailed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubeflow"
@@ -649,14 +649,20 @@ def test_the_manifests_rules_name_the_jobs_fields(
     job: dict[str, Any], plan: str, field: str, words: str
 ) -> None:
     with pytest.raises(ValidationFailed) as refused:
-        load_kubeflow_job(job, DEFAULT_CATALOG, plan)
+        load_submitted(job, DEFAULT_CATALOG, plan)
     fields = {e.field: e.message for e in refused.value.errors}
     assert field in fields, fields
     assert words in fields[field]
 
 
-def test_the_examples_load_as_valid_manifests() -> None:
-    tf, _ = load_kubeflow_job(TFJOB, DEFAULT_CATALOG, "standard")
-    assert (tf.nodes, tf.parameter_servers_in(DEFAULT_CATALOG)) == (3, 1)
-    mpi, _ = load_kubeflow_job(MPIJOB, DEFAULT_CATALOG, "standard")
+def test_the_examples_load_as_valid_manifests_kept_as_sent() -> None:
+    tf = load_submitted(TFJOB, DEFAULT_CATALOG, "standard")
+    assert (tf.format, tf.document) == (KUBEFLOW_FORMAT, TFJOB)
+    assert (tf.manifest.nodes, tf.manifest.parameter_servers_in(DEFAULT_CATALOG)) == (3, 1)
+    assert tf.notes == (
+        "image tensorflow/tensorflow:2.15.0 runs as tensorflow 2.21 (runtime platform)",
+        "compute configuration P100: the smallest that holds 1 GPU(s), 2 CPU(s) and 4 GiB per "
+        "learner (the largest replica's resources), on 3 node(s)",
+    )
+    mpi = load_submitted(MPIJOB, DEFAULT_CATALOG, "standard").manifest
     assert (mpi.framework.name, mpi.nodes) == ("tensorflow-horovod", 2)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, MpiSetup, Role, TrainingSpec
+from worker.launchers.plan import (
+    DLAAS_CONVENTIONS,
+    FFDL_CONVENTIONS,
+    Addressing,
+    MpiSetup,
+    Role,
+    TrainingSpec,
+    convention_directories,
+    first_host_index,
+)
 
 MPI = MpiSetup(
     mpirun="/venv/bin/mpirun",
@@ -121,3 +131,70 @@ def test_mpi_launch(framework: str, nodes: int, gpus: int, ranks: int) -> None:
 def test_mpi_needs_a_setup() -> None:
     with pytest.raises(ValueError, match="MPI setup"):
         plan_launch(spec("tensorflow-horovod", nodes=2), HOSTS, None)
+
+
+def ffdl_spec(framework: str = "tensorflow", nodes: int = 2, ps: int = 1) -> TrainingSpec:
+    return dataclasses.replace(spec(framework, nodes, ps), conventions=FFDL_CONVENTIONS)
+
+
+@pytest.mark.parametrize(
+    ("conventions", "hosts"),
+    [
+        # The platform's own: learner i at <prefix>-<i>, from 1.
+        (DLAAS_CONVENTIONS, ["p-1", "p-2", "p-3"]),
+        # FfDL's: learner i (LEARNER_ID i) at <prefix>-<i-1>, from 0.
+        (FFDL_CONVENTIONS, ["p-0", "p-1", "p-2"]),
+    ],
+)
+def test_host_names_by_conventions(conventions: str, hosts: list[str]) -> None:
+    addressing = Addressing.per_learner_hosts("p", 3, first_host_index(conventions))
+    assert list(addressing.hostnames) == hosts
+    s = dataclasses.replace(spec(nodes=3, ps=1), conventions=conventions)
+    plan = plan_launch(s, addressing, None)
+    assert [lp.hostname for lp in plan.learners] == hosts
+    assert [lp.env["LEARNER_ID"] for lp in plan.learners] == ["1", "2", "3"]
+    assert plan.conventions == conventions
+    cluster = json.loads(plan.learners[0].env["TF_CONFIG"])["cluster"]
+    assert cluster == {"ps": [f"{hosts[0]}:2222"], "worker": [f"{h}:2222" for h in hosts[1:]]}
+
+
+def test_ffdl_learners_get_ffdl_variables() -> None:
+    addressing = Addressing.per_learner_hosts("learner-t1", 2, 0)
+    plan = plan_launch(ffdl_spec(), addressing, None)
+    ps, worker = plan.learners
+    assert worker.env["PS_HOSTS_COUNT"] == "1"
+    assert {k: worker.env[k] for k in ("DLAAS_JOB_ID", "DOWNWARD_API_POD_NAME")} == {
+        "DLAAS_JOB_ID": "t1",
+        "DOWNWARD_API_POD_NAME": "learner-t1-1",
+    }
+    assert ps.env["DOWNWARD_API_POD_NAME"] == "learner-t1-0"
+    # The platform's own conventions add neither.
+    own = plan_launch(spec(nodes=2, ps=1), Addressing.per_learner_hosts("learner-t1", 2), None)
+    assert "DLAAS_JOB_ID" not in own.learners[1].env
+    assert "DOWNWARD_API_POD_NAME" not in own.learners[1].env
+
+
+def test_ffdl_mpi_hostfile_and_exported_variables() -> None:
+    addressing = Addressing.per_learner_hosts("p", 2, 0)
+    plan = plan_launch(ffdl_spec("tensorflow-horovod", 2, 0), addressing, MPI)
+    assert plan.hostfile == "p-0 slots=1\np-1 slots=1\n"
+    argv = plan.learners[0].argv
+    assert argv[argv.index("DLAAS_JOB_ID") - 1] == "-x"
+
+
+@pytest.mark.parametrize(
+    ("conventions", "directories", "expected"),
+    [
+        (DLAAS_CONVENTIONS, {"LOG_DIR": "/job/logs"}, {}),
+        (FFDL_CONVENTIONS, {"LOG_DIR": "/job/logs"}, {"JOB_STATE_DIR": "/job"}),
+        (
+            FFDL_CONVENTIONS,
+            {"LOG_DIR": "/h/t/learner-2/logs/"},
+            {"JOB_STATE_DIR": "/h/t/learner-2"},
+        ),
+    ],
+)
+def test_job_state_dir(
+    conventions: str, directories: dict[str, str], expected: dict[str, str]
+) -> None:
+    assert convention_directories(conventions, directories) == expected

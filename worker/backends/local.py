@@ -68,6 +68,8 @@ from worker.launchers.plan import (
     Addressing,
     LaunchPlan,
     Role,
+    convention_directories,
+    first_host_index,
     learner_name_prefix,
 )
 from worker.learner.host import LocalHost
@@ -229,13 +231,16 @@ class LocalBackend:
         prefix = learner_name_prefix(spec.training_id)
         notes: list[str] = []
         net: LearnerNetwork | None = None
+        first = first_host_index(spec.conventions)
         if self.use_namespaces:
-            addressing = Addressing.per_learner_hosts(prefix, spec.nodes)
+            addressing = Addressing.per_learner_hosts(prefix, spec.nodes, first)
             net = LearnerNetwork.attach(tdir / "net") or LearnerNetwork.create(
                 spec.training_id, list(addressing.hostnames), tdir / "net"
             )
         else:
-            addressing = Addressing.shared_loopback(prefix, spec.nodes, _free_ports(spec.nodes))
+            addressing = Addressing.shared_loopback(
+                prefix, spec.nodes, _free_ports(spec.nodes), first
+            )
             notes.append(_FALLBACK_NOTE.format(why=self.namespaces_missing))
 
         mpi = None
@@ -422,7 +427,7 @@ class LocalBackend:
         envs = {}
         for lp in plan.learners:
             ldir = tdir / f"learner-{lp.learner_id}"
-            envs[lp.learner_id] = {
+            env = envs[lp.learner_id] = {
                 "LEARNER_ID": str(lp.learner_id),
                 "MODEL_DIR": str(ldir / "model"),
                 "DATA_DIR": str(ldir / "data"),
@@ -431,6 +436,7 @@ class LocalBackend:
                 "CHECKPOINT_DIR": str(checkpoints),
                 "HOME": str(ldir / "home"),
             }
+            env.update(convention_directories(plan.conventions, env))
         return envs
 
     @staticmethod

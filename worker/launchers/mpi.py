@@ -40,6 +40,8 @@ def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> Launc
         exported.append("DDL_OPTIONS")
     argv: list[str] = [mpi.mpirun, "-np", str(ranks), "--hostfile", mpi.hostfile_path]
     argv += ["--map-by", "slot", *mpi.options]
+    if "DLAAS_JOB_ID" in env1:  # FfDL's conventions
+        exported.append("DLAAS_JOB_ID")
     for name in exported:
         argv += ["-x", name]
     if ddl and spec.gpus_per_node:
@@ -69,4 +71,6 @@ def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> Launc
                 env=base_env(spec, addressing, i),
             )
         )
-    return LaunchPlan(spec.training_id, tuple(learners), hostfile=hostfile)
+    return LaunchPlan(
+        spec.training_id, tuple(learners), hostfile=hostfile, conventions=spec.conventions
+    )

@@ -6,12 +6,19 @@ LaunchPlan. Backends add what only they know (directories, process or pod detail
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from service.domain.names import DNS_LABEL_MAX, dns_label
 
 GRPC_PORT = 2222
+# How learners are named and what they are told (the manifest's `conventions`): the
+# platform's own, learner i at `<prefix>-<i>` from 1; or FfDL's, learner i at
+# `<prefix>-<i-1>` (from 0; LEARNER_ID is still i) with FfDL's further variables.
+DLAAS_CONVENTIONS = "dlaas"
+FFDL_CONVENTIONS = "ffdl"
 # Learner i's host name is `<prefix>-<i>`, a DNS label too: the prefix leaves room for
 # learner ids of up to five digits.
 LEARNER_NAME_PREFIX_MAX = DNS_LABEL_MAX - 6
@@ -47,6 +54,12 @@ class TrainingSpec:
     # The compute configuration's resources per learner (0: not limited).
     cpus: int = 0
     memory_gib: int = 0
+    conventions: str = DLAAS_CONVENTIONS
+
+
+def first_host_index(conventions: str) -> int:
+    """The number in the first learner's host name: 0 under FfDL's conventions, else 1."""
+    return 0 if conventions == FFDL_CONVENTIONS else 1
 
 
 @dataclass(frozen=True)
@@ -62,14 +75,21 @@ class Addressing:
     hosts: tuple[str, ...]
     ports: tuple[int, ...]
 
+    @staticmethod
+    def host_names(prefix: str, nodes: int, first: int = 1) -> tuple[str, ...]:
+        """Learner i's host name, for i in 1..nodes: `<prefix>-<i - 1 + first>`."""
+        return tuple(f"{prefix}-{i - 1 + first}" for i in range(1, nodes + 1))
+
     @classmethod
-    def per_learner_hosts(cls, prefix: str, nodes: int) -> Addressing:
-        names = tuple(f"{prefix}-{i}" for i in range(1, nodes + 1))
+    def per_learner_hosts(cls, prefix: str, nodes: int, first: int = 1) -> Addressing:
+        names = cls.host_names(prefix, nodes, first)
         return cls(prefix, names, names, (GRPC_PORT,) * nodes)
 
     @classmethod
-    def shared_loopback(cls, prefix: str, nodes: int, first_port: int) -> Addressing:
-        names = tuple(f"{prefix}-{i}" for i in range(1, nodes + 1))
+    def shared_loopback(
+        cls, prefix: str, nodes: int, first_port: int, first: int = 1
+    ) -> Addressing:
+        names = cls.host_names(prefix, nodes, first)
         ports = tuple(first_port + i for i in range(nodes))
         return cls(prefix, names, ("127.0.0.1",) * nodes, ports)
 
@@ -108,6 +128,7 @@ class LaunchPlan:
     training_id: str
     learners: tuple[LearnerPlan, ...]
     hostfile: str | None = None  # MPI: the content of MpiSetup.hostfile_path
+    conventions: str = DLAAS_CONVENTIONS
 
     @property
     def primaries(self) -> tuple[int, ...]:
@@ -115,14 +136,29 @@ class LaunchPlan:
 
 
 def base_env(spec: TrainingSpec, addressing: Addressing, learner_id: int) -> dict[str, str]:
-    """The part of the learner environment every framework shares."""
-    return {
+    """The part of the learner environment every framework shares; under FfDL's
+    conventions also FfDL's DLAAS_JOB_ID (the training's id) and DOWNWARD_API_POD_NAME
+    (the learner's host name, its pod's name on Kubernetes)."""
+    env = {
         "TRAINING_ID": spec.training_id,
         "LEARNER_ID": str(learner_id),
         "NUM_LEARNERS": str(spec.nodes),
         "LEARNER_NAME_PREFIX": addressing.prefix,
         "GPU_COUNT": str(spec.gpus_per_node),
     }
+    if spec.conventions == FFDL_CONVENTIONS:
+        env["DLAAS_JOB_ID"] = spec.training_id
+        env["DOWNWARD_API_POD_NAME"] = addressing.hostnames[learner_id - 1]
+    return env
+
+
+def convention_directories(conventions: str, directories: Mapping[str, str]) -> dict[str, str]:
+    """The directory variables a backend adds to the learner's (`directories`: MODEL_DIR,
+    LOG_DIR...) under `conventions`: FfDL's JOB_STATE_DIR, the directory LOG_DIR is `logs`
+    of (FfDL's `$JOB_STATE_DIR/logs`), under FfDL's; none under the platform's."""
+    if conventions != FFDL_CONVENTIONS:
+        return {}
+    return {"JOB_STATE_DIR": posixpath.dirname(directories["LOG_DIR"].rstrip("/"))}
 
 
 def shell(command: str) -> tuple[str, ...]:

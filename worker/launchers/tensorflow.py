@@ -33,7 +33,7 @@ def plan_tensorflow(spec: TrainingSpec, addressing: Addressing) -> LaunchPlan:
             argv=shell(spec.command),
             env=base_env(spec, addressing, 1),
         )
-        return LaunchPlan(spec.training_id, (learner,))
+        return LaunchPlan(spec.training_id, (learner,), conventions=spec.conventions)
 
     ps = spec.parameter_servers
     cluster: dict[str, list[str]] = {}
@@ -57,4 +57,4 @@ def plan_tensorflow(spec: TrainingSpec, addressing: Addressing) -> LaunchPlan:
                 env=env,
             )
         )
-    return LaunchPlan(spec.training_id, tuple(learners))
+    return LaunchPlan(spec.training_id, tuple(learners), conventions=spec.conventions)

@@ -85,7 +85,7 @@ from worker.backends.kubernetes.pod_groups import PodGroups
 from worker.backends.kubernetes.pod_log_fallback import PodLogFallback
 from worker.backends.kubernetes.pod_watch import PodWatch
 from worker.launchers import plan_launch
-from worker.launchers.plan import Addressing, learner_name_prefix
+from worker.launchers.plan import Addressing, first_host_index, learner_name_prefix
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +262,11 @@ class KubernetesBackend:
         spec = request.spec
         self._ids[label_value(spec.training_id)] = spec.training_id
         prefix = learner_name_prefix(spec.training_id)
-        mpi_setup = layout.mpi_setup() if spec.distribution == "mpi" else None
-        plan = plan_launch(spec, Addressing.per_learner_hosts(prefix, spec.nodes), mpi_setup)
+        mpi_setup = layout.mpi_setup(spec.conventions) if spec.distribution == "mpi" else None
+        addressing = Addressing.per_learner_hosts(
+            prefix, spec.nodes, first_host_index(spec.conventions)
+        )
+        plan = plan_launch(spec, addressing, mpi_setup)
         log_sink, log_password = self.log_credentials.sink(request)
         created: list[tuple[str, str]] = []
         try:

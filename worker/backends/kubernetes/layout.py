@@ -26,7 +26,12 @@ $HOME/.ssh with the modes ssh and sshd insist on, before the command starts.
 from __future__ import annotations
 
 from service.sandbox.isolated import python_argv
-from worker.launchers.plan import MpiSetup
+from worker.launchers.plan import (
+    DLAAS_CONVENTIONS,
+    FFDL_CONVENTIONS,
+    MpiSetup,
+    convention_directories,
+)
 
 # The containers of a learner's pod.
 FETCH_CONTAINER = "fetch"
@@ -123,6 +128,19 @@ _RANK_SCRIPT = (
     + f'; [ "$LEARNER_ID" = 1 ] || exec >>{RANK_OUTPUT} 2>&1'
     + '; cd "$MODEL_DIR" && exec "$@"'
 )
+# Under FfDL's conventions learner i's host is `<prefix>-<i-1>`, and JOB_STATE_DIR is set.
+_FFDL_RANK_SCRIPT = (
+    'h="$(hostname)"; export LEARNER_ID="$((${h##*-} + 1))" '
+    + " ".join(
+        f"{name}={path}"
+        for name, path in {
+            **DIRECTORIES,
+            **convention_directories(FFDL_CONVENTIONS, DIRECTORIES),
+        }.items()
+    )
+    + f'; [ "$LEARNER_ID" = 1 ] || exec >>{RANK_OUTPUT} 2>&1'
+    + '; cd "$MODEL_DIR" && exec "$@"'
+)
 
 
 def mpi_host_argv() -> tuple[str, ...]:
@@ -133,9 +151,11 @@ def mpi_host_argv() -> tuple[str, ...]:
     return ("/bin/sh", "-c", relay, "dlaas-host", *sshd_argv())
 
 
-def mpi_setup() -> MpiSetup:
+def mpi_setup(conventions: str = DLAAS_CONVENTIONS) -> MpiSetup:
     """The MPI setup of a training on Kubernetes: the runtime image's mpirun, its daemons
-    started over ssh (the training's key, sshd on SSH_PORT), TCP between pods."""
+    started over ssh (the training's key, sshd on SSH_PORT), TCP between pods; each rank
+    finds its learner by its host's name, as `conventions` name hosts."""
+    script = _FFDL_RANK_SCRIPT if conventions == FFDL_CONVENTIONS else _RANK_SCRIPT
     ssh_args = (
         f"-p {SSH_PORT} -i {_USER_SSH}/id_ed25519 "
         "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
@@ -144,5 +164,5 @@ def mpi_setup() -> MpiSetup:
         mpirun="mpirun",
         hostfile_path=HOSTFILE_PATH,
         options=("--mca", "btl", "tcp,self", "--prtemca", "plm_ssh_args", ssh_args),
-        rank_prefix=("/bin/sh", "-c", _RANK_SCRIPT, "dlaas-rank"),
+        rank_prefix=("/bin/sh", "-c", script, "dlaas-rank"),
     )

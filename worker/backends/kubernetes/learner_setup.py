@@ -130,7 +130,7 @@ class LearnerSetup:
         return learner_spec(
             request,
             lp,
-            learner_env(lp),
+            learner_env(lp, request.spec.conventions),
             store=store,
             stop_grace_seconds=self.stop_grace_seconds,
             store_attempts=self.store_attempts,

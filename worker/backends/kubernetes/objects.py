@@ -4,7 +4,8 @@ creates what these functions return, and the tests validate it against the API's
 
 - Names: `$LEARNER_NAME_PREFIX` (worker.launchers.plan.learner_name_prefix) names the
   headless Service; learner i's pod is `<prefix>-<i>` with hostname `<prefix>-<i>` and
-  subdomain `<prefix>`, and a DNS search entry for the Service's domain, so both
+  subdomain `<prefix>` (under FfDL's conventions `<prefix>-<i-1>`, from 0, as FfDL's
+  StatefulSet named them), and a DNS search entry for the Service's domain, so both
   `<prefix>-<i>` and `<prefix>-<i>.<prefix>` resolve from every learner. The Service
   publishes learners before they are ready: they find each other while starting.
 - Labels: `dlaas.io/training-id`, `dlaas.io/tenant` on every object (what the backend
@@ -29,7 +30,16 @@ from service.domain.catalog import ComputeSpec
 from service.domain.names import is_dns_label, label_value
 from service.settings import Settings
 from worker.backends.kubernetes import layout
-from worker.launchers.plan import GRPC_PORT, LaunchPlan, LearnerPlan, Role, learner_name_prefix
+from worker.launchers.plan import (
+    GRPC_PORT,
+    Addressing,
+    LaunchPlan,
+    LearnerPlan,
+    Role,
+    convention_directories,
+    first_host_index,
+    learner_name_prefix,
+)
 
 TRAINING_LABEL = "dlaas.io/training-id"
 TENANT_LABEL = "dlaas.io/tenant"
@@ -175,11 +185,13 @@ def _check(inp: TrainingObjectsInput) -> None:
         raise ValueError("an MPI training needs its SSH key pair")
     if inp.max_runtime < 1:
         raise ValueError("max_runtime must be positive")
+    first = first_host_index(inp.plan.conventions)
     for lp in inp.plan.learners:
-        if lp.hostname != f"{inp.prefix}-{lp.learner_id}" or not is_dns_label(lp.hostname):
+        expected = Addressing.host_names(inp.prefix, lp.learner_id, first)[-1]
+        if lp.hostname != expected or not is_dns_label(lp.hostname):
             raise ValueError(
                 f"learner {lp.learner_id}'s host name {lp.hostname!r} is not "
-                f"{inp.prefix}-{lp.learner_id}: plan with learner_name_prefix"
+                f"{expected}: plan with learner_name_prefix"
             )
 
 
@@ -244,10 +256,14 @@ def training_secret(inp: TrainingObjectsInput, cluster: ClusterConfig) -> dict[s
     }
 
 
-def learner_env(lp: LearnerPlan) -> dict[str, str]:
+def learner_env(lp: LearnerPlan, conventions: str) -> dict[str, str]:
     """Learner `lp`'s environment in its pod: the plan's (the learner contract), with the
-    pod's directories."""
-    return {**lp.env, **layout.DIRECTORIES}
+    pod's directories (FfDL's JOB_STATE_DIR, /job, too under its `conventions`)."""
+    return {
+        **lp.env,
+        **layout.DIRECTORIES,
+        **convention_directories(conventions, layout.DIRECTORIES),
+    }
 
 
 def _resources(compute: ComputeSpec, cluster: ClusterConfig) -> dict[str, Any]:
@@ -315,7 +331,7 @@ def _learner_container(
             for other in inp.plan.learners
             if other.learner_id != lp.learner_id
         )
-    env = learner_env(lp)
+    env = learner_env(lp, inp.plan.conventions)
     mounts = [
         _mount("work", layout.WORK_DIR),
         _mount("io", layout.IO_DIR),
