@@ -369,6 +369,36 @@ REFUSED = [
         "compute configuration",
     ),
     Refused(
+        "affinity",
+        changed(TFJOB, (f"{WORKER}/template/spec/affinity", {"nodeAffinity": {}})),
+        f"{WORKER}/template/spec/affinity",
+        "compute configuration",
+    ),
+    Refused(
+        "service-account",
+        changed(TFJOB, (f"{WORKER}/template/spec/serviceAccountName", "trainer")),
+        f"{WORKER}/template/spec/serviceAccountName",
+        "no Kubernetes credentials",
+    ),
+    Refused(
+        "host-network",
+        changed(TFJOB, (f"{WORKER}/template/spec/hostNetwork", True)),
+        f"{WORKER}/template/spec/hostNetwork",
+        "a network of its own",
+    ),
+    Refused(
+        "another-pod-field",
+        changed(TFJOB, (f"{WORKER}/template/spec/priorityClassName", "high")),
+        f"{WORKER}/template/spec/priorityClassName",
+        "cannot be carried",
+    ),
+    Refused(
+        "managed-by",
+        changed(TFJOB, ("/spec/runPolicy/managedBy", "kueue.x-k8s.io/multikueue")),
+        "/spec/runPolicy/managedBy",
+        "runs the job itself",
+    ),
+    Refused(
         "a-different-image-per-replica",
         changed(TFJOB, (f"{WORKER}/{C0}/image", "tensorflow/tensorflow:2.16.1")),
         f"{WORKER}/{C0}/image",
