@@ -696,3 +696,24 @@ def test_the_examples_load_as_valid_manifests_kept_as_sent() -> None:
     )
     mpi = load_submitted(MPIJOB, DEFAULT_CATALOG, "standard").manifest
     assert (mpi.framework.name, mpi.nodes) == ("tensorflow-horovod", 2)
+
+
+@pytest.mark.parametrize(
+    ("job", "replicas"),
+    [(TFJOB, "tfReplicaSpecs"), (MPIJOB, "mpiReplicaSpecs")],
+    ids=["tfjob", "mpijob"],
+)
+def test_the_examples_pod_templates_are_valid_kubernetes(
+    job: dict[str, Any], replicas: str
+) -> None:
+    """The example files are what Kubeflow takes: each replica's template is a valid pod
+    template for Kubernetes' own schema (the CRDs embed it)."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for name, replica in job["spec"][replicas].items():
+        template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": name.lower()},
+            "template": replica["template"],
+        }
+        kubernetes_validate.validate(template, "1.30.0", strict=True)
