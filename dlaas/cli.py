@@ -484,7 +484,10 @@ def train(
     manifest: Annotated[
         Path,
         typer.Argument(
-            metavar="MANIFEST", help="The manifest (YAML or JSON).", exists=True, dir_okay=False
+            metavar="MANIFEST",
+            help="The manifest (YAML or JSON), or a Kubeflow TFJob or MPIJob file.",
+            exists=True,
+            dir_okay=False,
         ),
     ],
     code: Annotated[

@@ -1,6 +1,7 @@
 """The manifest formats a training may be submitted in, and the one entry point that
-reads any of them: the platform's own (with the seed documents' flat keys) and FfDL's
-(service.domain.ffdl_manifest), translated to the platform's. Pure.
+reads any of them: the platform's own (with the seed documents' flat keys), FfDL's
+(service.domain.ffdl_manifest) and Kubeflow's TFJob and MPIJob files
+(service.domain.kubeflow_jobs), translated to the platform's. Pure.
 
 Every format ends as the platform's `Manifest`; what the user sent is kept beside it
 (`Submitted.document`, stored as the training's `submitted_manifest`), and every refusal,
@@ -15,15 +16,18 @@ from typing import Any
 
 from service.domain.catalog import Catalog
 from service.domain.ffdl_manifest import is_ffdl_manifest, translate_ffdl
+from service.domain.kubeflow_jobs import is_kubernetes_object, translate_kubeflow_job
 from service.domain.manifest import Manifest, as_written, load_manifest, normalize_aliases
 from service.errors import FieldError
 
 DLAAS_FORMAT = "dlaas"
 FFDL_FORMAT = "ffdl"
+KUBEFLOW_FORMAT = "kubeflow"
 # Each format in words, for messages.
 FORMAT_NAMES = {
     DLAAS_FORMAT: "the platform's manifest format",
     FFDL_FORMAT: "FfDL's manifest format",
+    KUBEFLOW_FORMAT: "a Kubeflow TFJob or MPIJob",
 }
 
 
@@ -51,6 +55,8 @@ class Submitted:
 
 def manifest_format(data: Mapping[str, Any]) -> str:
     """Which format a parsed manifest is written in."""
+    if is_kubernetes_object(data):  # apiVersion or kind, which no manifest has
+        return KUBEFLOW_FORMAT
     return FFDL_FORMAT if is_ffdl_manifest(data) else DLAAS_FORMAT
 
 
@@ -58,7 +64,12 @@ def load_submitted(data: Mapping[str, Any], catalog: Catalog, plan_name: str) ->
     """Read a parsed manifest of any format: translate it if it is not the platform's
     own, then check it (`load_manifest`). ValidationFailed names the fields as written."""
     document = dict(data)
-    if manifest_format(data) == FFDL_FORMAT:
+    submitted_as = manifest_format(data)
+    if submitted_as == KUBEFLOW_FORMAT:
+        job = translate_kubeflow_job(data, catalog)
+        manifest = load_manifest(job.manifest, catalog, plan_name, written_as=job.written_as)
+        return Submitted(manifest, KUBEFLOW_FORMAT, document, job.written_as, job.notes)
+    if submitted_as == FFDL_FORMAT:
         translation = translate_ffdl(data, catalog)
         manifest = load_manifest(
             translation.document, catalog, plan_name, written_as=translation.written_as

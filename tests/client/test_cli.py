@@ -75,9 +75,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[object, str, st
     return exited.value.code, captured.out, captured.err
 
 
-def new_tenant(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
+def new_tenant(capsys: pytest.CaptureFixture[str], name: str, plan: str = "lite") -> dict[str, Any]:
     code, out, _ = run(
-        capsys, "tenants", "create", name, "--plan", "lite", "--admin-key", ADMIN_KEY, "--json"
+        capsys, "tenants", "create", name, "--plan", plan, "--admin-key", ADMIN_KEY, "--json"
     )
     assert code == 0
     tenant: dict[str, Any] = json.loads(out)
@@ -527,3 +527,33 @@ def test_a_followed_training_says_what_it_waits_for_before_it_starts(
         f"PENDING {install} (0m12s): Building wheel for horovod",
     ]
     assert states == []  # it returned once the training ran
+
+
+@pytest.mark.usefixtures("against_app")
+def test_train_takes_a_kubeflow_job_file_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`dlaas train job.yaml code/`: the TFJob file is the manifest; a field the platform
+    cannot carry is refused by name."""
+    tenant = new_tenant(capsys, "kubeflow", plan="standard")
+    key = ("--api-key", tenant["api_key"])
+    code_zip = tmp_path / "code.zip"
+    code_zip.write_bytes(CODE_ZIP)
+    job = Path(__file__).resolve().parents[2] / "examples" / "kubeflow" / "tfjob-ps.yaml"
+    code, out, _ = run(capsys, *key, "train", str(job), str(code_zip), "--json")
+    assert code == 0
+    training = json.loads(out)
+    assert training["name"] == "ps-seed-tfjob"
+    assert training["compute_configuration"] == {"name": "P100", "nodes": 3}
+
+    with_volume = tmp_path / "tfjob.yaml"
+    with_volume.write_text(
+        job.read_text().replace(
+            "          containers:\n",
+            "          volumes: [{name: data, emptyDir: {}}]\n          containers:\n",
+            1,
+        )
+    )
+    code, _, err = run(capsys, *key, "train", str(with_volume), str(code_zip))
+    assert code == 1
+    assert "/spec/tfReplicaSpecs/PS/template/spec/volumes" in err
