@@ -16,7 +16,7 @@ from service.domain import quotas
 from service.domain.catalog import Catalog
 from service.domain.deployments import DeploymentState, ScoringTarget, check_deployable
 from service.domain.signature import signatures_from_json
-from service.errors import Conflict, LimitExceeded, NotFound
+from service.errors import Conflict, FieldError, LimitExceeded, NotFound
 from service.storage import keys
 from service.storage.base import ObjectStore
 
@@ -50,7 +50,7 @@ def create_deployment(
         id=deployment_id,
         tenant_id=tenant.id,
         training_id=training.id,
-        name=name or training.name,
+        name=_free_name(session, tenant, name, training.name),
         status=DeploymentState.DEPLOYING,
         status_message="loading the model",
         model_key=keys.deployment_model_prefix(deployment_id),
@@ -60,6 +60,30 @@ def create_deployment(
     session.add(deployment)
     session.flush()
     return deployment
+
+
+# A default name taken already gets the first free suffix of these.
+_MAX_SUFFIX = 1000
+_NAME_LENGTH = 128  # Deployment.name's column
+
+
+def _free_name(session: Session, tenant: TenantRef, name: str | None, default: str) -> str:
+    """The new deployment's name, unique among the tenant's deployments (TensorFlow
+    Serving's paths address a model by it). A name asked for that is taken is a Conflict
+    naming /name; the default (the training's name) takes the first free `-<n>` suffix."""
+    if name is not None:
+        if repository.deployment_named(session, tenant.id, name) is not None:
+            message = f"the tenant has a deployment named '{name}' already; names are unique"
+            raise Conflict(f"/name: {message}", errors=[FieldError("/name", message)])
+        return name
+    candidate = default
+    for n in range(2, _MAX_SUFFIX):
+        if repository.deployment_named(session, tenant.id, candidate) is None:
+            return candidate
+        suffix = f"-{n}"
+        candidate = default[: _NAME_LENGTH - len(suffix)] + suffix
+    message = f"the names '{default}' to '{candidate}' are all taken; name the deployment"
+    raise Conflict(f"/name: {message}", errors=[FieldError("/name", message)])
 
 
 def owned_deployment(session: Session, tenant: TenantRef, deployment_id: str) -> Deployment:
@@ -76,10 +100,19 @@ def delete_deployment(session: Session, store: ObjectStore, deployment: Deployme
     store.delete_prefix(keys.deployment_prefix(deployment.id))
 
 
-def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> ScoringTarget:
+def scoring_target(
+    session: Session, tenant: TenantRef, deployment_id: str, *, by_name: bool = False
+) -> ScoringTarget:
     """The READY deployment a prediction is for; 404 if it is not the caller's, 409 while
-    it is not READY."""
-    deployment = owned_deployment(session, tenant, deployment_id)
+    it is not READY. With `by_name`, `deployment_id` may also be the deployment's name
+    (TensorFlow Serving's model name): an id is looked for first."""
+    found = repository.get_deployment(session, tenant.id, deployment_id)
+    if found is None and by_name:
+        found = repository.deployment_named(session, tenant.id, deployment_id)
+    if found is None:
+        raise NotFound(f"deployment {deployment_id} not found")
+    deployment = found
+    deployment_id = deployment.id
     if deployment.status == DeploymentState.DEPLOYING:
         raise Conflict(
             f"deployment {deployment_id} is DEPLOYING; it answers predictions once READY"

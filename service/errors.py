@@ -64,6 +64,14 @@ class NotFound(DlaasError):
     slug = "not-found"
 
 
+class UnknownVersion(NotFound):
+    """A model version or version label the deployment does not have (TensorFlow Serving's
+    NOT_FOUND: "Servable not found for request: Specific(<name>, <version>)")."""
+
+    title = "Unknown model version"
+    slug = "unknown-model-version"
+
+
 class Conflict(DlaasError):
     status = 409
     title = "Conflict"

@@ -39,7 +39,7 @@ import numpy as np
 
 from service import sandbox
 from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
-from service.domain.signature import SignatureInfo, TensorInfo
+from service.domain.signature import PREDICT_METHOD, SignatureInfo, TensorInfo
 from service.errors import DlaasError, ServiceUnavailable
 from service.scoring import model_server
 from service.scoring.batching import ModelUnloaded
@@ -228,7 +228,10 @@ def _tensor_info(value: Any) -> TensorInfo:
         and all(d is None or (type(d) is int and d >= 0) for d in shape)
     ):
         raise WireError(f"signature: tensor {name!r} has no valid shape")
-    return TensorInfo(name, dtype, None if shape is None else tuple(shape))
+    tensor = value.get("tensor_name", "")
+    if not isinstance(tensor, str) or len(tensor) > 1024:
+        raise WireError(f"signature: tensor {name!r} has a tensor name that is not a string")
+    return TensorInfo(name, dtype, None if shape is None else tuple(shape), tensor)
 
 
 def signatures_from_json(value: Any) -> dict[str, SignatureInfo]:
@@ -245,9 +248,14 @@ def signatures_from_json(value: Any) -> dict[str, SignatureInfo]:
             raise WireError(f"signature {name!r}: inputs and outputs are expected")
         if len(inputs) > 1024 or len(outputs) > 1024:
             raise WireError(f"signature {name!r}: too many tensors")
+        method = sig.get("method_name", PREDICT_METHOD)
+        if not isinstance(method, str) or len(method) > 256:
+            raise WireError(f"signature {name!r}: method_name is not a string")
         ins = [_tensor_info(t) for t in inputs]
         outs = [_tensor_info(t) for t in outputs]
-        signatures[name] = SignatureInfo(name, {t.name: t for t in ins}, {t.name: t for t in outs})
+        signatures[name] = SignatureInfo(
+            name, {t.name: t for t in ins}, {t.name: t for t in outs}, method or PREDICT_METHOD
+        )
     return signatures
 
 

@@ -57,6 +57,8 @@ from service.ttlcache import TtlCache
 log = logging.getLogger("dlaas.scoring")
 
 _MAX_REASON = 600
+# `targets` keys of deployments asked for by name (ids never hold a colon).
+_NAMED = "name:"
 
 
 def _nothing() -> None:
@@ -247,7 +249,8 @@ class ScoringService:
             log.exception("scoring: recording what happened to deployment %s failed", deployment_id)
 
     def forget(self, deployment_id: str) -> None:
-        self.targets.forget(lambda key: key[1] == deployment_id)
+        # Names are remembered apart from ids: every name is forgotten with any deployment.
+        self.targets.forget(lambda key: key[1] == deployment_id or key[1].startswith(_NAMED))
         self.cache.forget(deployment_id)
 
     # ---- predictions ----
@@ -269,24 +272,31 @@ class ScoringService:
         with served.arrivals.coming() as arrived:
             yield arrived
 
-    async def caller(self, key: str, deployment_id: str) -> tuple[TenantRef, ScoringTarget]:
-        """The tenant whose API key `key` is and its READY deployment `deployment_id`:
+    async def caller(
+        self, key: str, deployment_id: str, *, by_name: bool = False
+    ) -> tuple[TenantRef, ScoringTarget]:
+        """The tenant whose API key `key` is and its READY deployment `deployment_id` (with
+        `by_name`, its id or its name, as TensorFlow Serving's clients name models):
         remembered (`targets`), or asked of the database in a worker thread. Raises what
         the REST and gRPC answers both render (401, 403, 404, 409)."""
         key_hash = hash_api_key(key)
         found = self.targets.get((key_hash, deployment_id))
+        if found is None and by_name:
+            found = self.targets.get((key_hash, _NAMED + deployment_id))
         if found is None:
-            found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id)
+            found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id, by_name)
         return found
 
     def _authorize(
-        self, key: str, key_hash: str, deployment_id: str
+        self, key: str, key_hash: str, deployment_id: str, by_name: bool = False
     ) -> tuple[TenantRef, ScoringTarget]:
         tenant = authenticate(self.platform, key)
         with self.platform.sessions() as session:
-            target = scoring_target(session, tenant, deployment_id)
+            target = scoring_target(session, tenant, deployment_id, by_name=by_name)
         found = (tenant, target)
         self.targets.put((key_hash, target.id), found)
+        if target.id != deployment_id:  # asked for by its name
+            self.targets.put((key_hash, _NAMED + deployment_id), found)
         return found
 
     async def predict(

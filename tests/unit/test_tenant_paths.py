@@ -59,7 +59,7 @@ ALLOWED: dict[str, str] = {
     "service/scoring/cache.py::upload_tree": "uploads a model from the scoring cache dir",
     "service/scoring/cache.py::ModelCache.load": "the model's marker in the scoring cache dir",
     "service/scoring/service.py::ScoringService._store_model": "the scoring cache dir",
-    "service/scoring/model_server.py::describe_graph": "saved_model.pb in the scoring cache dir",
+    "service/scoring/model_server.py::_saved_model": "saved_model.pb in the scoring cache dir",
     "service/scoring/tfs_protos.py::serialized_descriptor": "the installed TF Serving protos",
     # Archives: the platform's own spooled copy of the code archive.
     "service/storage/archives.py::_zip_entries": "the archive's spooled copy (private dir)",

@@ -1,0 +1,114 @@
+"""TensorFlow Serving's model metadata and model status messages for a deployment, and
+their JSON as its REST API renders them. No TensorFlow, no gRPC: the messages come from
+`tfs_protos`; the gRPC API sends them, the REST paths write them as JSON (protobuf's
+JSON mapping with every field printed and proto field names, as TensorFlow Serving's
+MessageToJsonString options are: int64 values are strings, `"version": "1"`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from service.domain.signature import SignatureInfo, TensorInfo
+from service.scoring.tensors import TensorCodec
+from service.scoring.tfs_protos import ServingMessages
+
+SIGNATURE_DEF = "signature_def"
+SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+# ModelVersionStatus.State.AVAILABLE, and error codes' OK.
+AVAILABLE = "AVAILABLE"
+
+
+def _tensor_info(codec: TensorCodec, info: TensorInfo, into: Any) -> None:
+    """A signature's input or output as TensorFlow's TensorInfo: the graph's tensor name,
+    dtype and shape (-1 for a dimension of any size)."""
+    if info.tensor:
+        into.name = info.tensor
+    into.dtype = codec.data_type(info.dtype)
+    if info.shape is None:
+        into.tensor_shape.unknown_rank = True
+        return
+    for size in info.shape:
+        into.tensor_shape.dim.add().size = -1 if size is None else size
+
+
+def signature_def_map(
+    messages: ServingMessages, codec: TensorCodec, signatures: Mapping[str, SignatureInfo]
+) -> Any:
+    """The model's SignatureDefMap: every signature, with its method name."""
+    defs = messages.SignatureDefMap()
+    for name, signature in sorted(signatures.items()):
+        signature_def = defs.signature_def[name]
+        signature_def.method_name = signature.method
+        for key, info in signature.inputs.items():
+            _tensor_info(codec, info, signature_def.inputs[key])
+        for key, info in signature.outputs.items():
+            _tensor_info(codec, info, signature_def.outputs[key])
+    return defs
+
+
+def metadata_response(
+    messages: ServingMessages,
+    codec: TensorCodec,
+    name: str,
+    version: int,
+    signatures: Mapping[str, SignatureInfo],
+) -> Any:
+    """GetModelMetadataResponse: the model spec (name, version) and the packed
+    SignatureDefMap under metadata["signature_def"]."""
+    response = messages.GetModelMetadataResponse()
+    response.model_spec.name = name
+    response.model_spec.version.value = version
+    packed = response.metadata[SIGNATURE_DEF]
+    packed.type_url = SIGNATURE_DEF_MAP_URL
+    packed.value = signature_def_map(messages, codec, signatures).SerializeToString()
+    return response
+
+
+def _json(message: Any) -> Any:
+    return MessageToDict(
+        message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+    )
+
+
+def metadata_json(
+    messages: ServingMessages,
+    codec: TensorCodec,
+    name: str,
+    version: int,
+    signatures: Mapping[str, SignatureInfo],
+) -> dict[str, Any]:
+    """GET /v1/models/{name}/metadata: `{"model_spec": ..., "metadata": {"signature_def":
+    <SignatureDefMap>}}`, the map written as a message (no `@type`), as TensorFlow
+    Serving writes it."""
+    response = metadata_response(messages, codec, name, version, signatures)
+    defs = signature_def_map(messages, codec, signatures)
+    return {
+        "model_spec": _json(response.model_spec),
+        "metadata": {SIGNATURE_DEF: _json(defs)},
+    }
+
+
+def status_response(messages: ServingMessages, versions: list[int]) -> Any:
+    """GetModelStatusResponse: each version AVAILABLE, its status OK."""
+    response = messages.GetModelStatusResponse()
+    state = response.model_version_status.add().DESCRIPTOR.fields_by_name["state"]
+    del response.model_version_status[:]
+    available = state.enum_type.values_by_name[AVAILABLE].number
+    for version in versions:
+        status = response.model_version_status.add()
+        status.version = version
+        status.state = available
+        status.status.error_code = 0
+        status.status.error_message = ""
+    return response
+
+
+def status_json(messages: ServingMessages, versions: list[int]) -> dict[str, Any]:
+    """GET /v1/models/{name}: `{"model_version_status": [{"version": "1", "state":
+    "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}`."""
+    result: dict[str, Any] = _json(status_response(messages, versions))
+    return result
