@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     install_common(
         app,
         platform,
-        fast_paths=[predictions.FastPredictions],
+        fast_paths=[predictions.FastPredictions, tfs_rest.FastServing],
         public_paths=(*health.PUBLIC_PATHS, ui.PREFIX),
         # The dashboard's pages ask for a key themselves (its sign-in page needs none).
         public_prefixes=(f"{ui.PREFIX}/",),

@@ -44,7 +44,7 @@ def create_scoring_app(
     install_common(
         app,
         platform,
-        fast_paths=[predictions.FastPredictions],
+        fast_paths=[predictions.FastPredictions, tfs_rest.FastServing],
         public_paths=health.PUBLIC_PATHS,
     )
     app.include_router(health.router)

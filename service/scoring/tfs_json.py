@@ -12,7 +12,11 @@ there are several) or `{"outputs": ...}` (columnar); `:classify` answers `{"resu
 written as TensorFlow Serving writes them: printf's `%g`, or with max_digits10 digits
 when that does not read back as the same value, `.0` after a whole number, and `NaN`,
 `Infinity`, `-Infinity`; string outputs whose name ends in `_bytes` as `{"b64": ...}`
-(and, since JSON text is UTF-8, any string that is not).
+(and, since JSON text is UTF-8, any string that is not). Writing thousands of floats
+one by one costs more than the model call, so float32 outputs in [1e-4, 1e6) (and
+zeros) are rounded to those decimals as arrays and written by orjson (the same numbers;
+an exponent may read `1e-5` where printf writes `1e-05`); anything else is written value
+by value.
 """
 
 from __future__ import annotations
@@ -94,6 +98,75 @@ _FLOAT32 = _decimal(lambda v: float(np.float32(v)), 9)
 _FLOAT64 = _decimal(lambda v: v, 17)
 
 
+_SPECIAL = {"nan": "NaN", "-nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _floats(flat: np.ndarray) -> list[str]:
+    """`_FLOAT32` (or `_FLOAT64`) of each value, the read-back check done for the whole
+    array at once: a batch's outputs are thousands of floats."""
+    double = flat.dtype.itemsize == 8
+    narrow = np.float64 if double else np.float32
+    values = flat.astype(narrow, copy=False)
+    wide = values.astype(np.float64).tolist()
+    texts = [f"{v:g}" for v in wide]
+    # Read back by numpy's C parser in one call (a Python float() each is slower than
+    # the formatting); past float32's range it reads inf, which compares unequal too.
+    with np.errstate(invalid="ignore", over="ignore"):
+        back = np.fromstring(" ".join(texts), dtype=np.float64, sep=" ").astype(narrow)
+    digits = 17 if double else 9
+    for i in np.flatnonzero(back != values).tolist():
+        texts[i] = f"{wide[i]:.{digits}g}"
+    for i, text in enumerate(texts):
+        if "." not in text and "e" not in text:
+            texts[i] = _SPECIAL.get(text) or text + ".0"
+    return texts
+
+
+# Powers of ten a float32's 24-bit significand times 10**k stays exact under (5**12 <
+# 2**28: 24 + 28 bits fit float64's 53), and the exponents whose %g and %.9g shifts
+# (5 - e, 8 - e) both land in 0..12.
+_EXACT_SHIFT = 12
+_POWERS = 10.0 ** np.arange(0, _EXACT_SHIFT + 1)
+_FAST_EXPONENTS = (-4, 5)
+
+
+def _rounded(wide: np.ndarray, exponents: np.ndarray, digits: int) -> np.ndarray:
+    """Each value rounded to `digits` significant decimal digits (ties to even, as
+    printf), as the float64 a JSON parser reads that decimal as: the scaled value is
+    exact, its rounding an integer below 10**9, and one division by an exact power of
+    ten rounds once, as parsing the decimal does."""
+    shift = digits - 1 - exponents
+    powers = _POWERS[shift]
+    rounded: np.ndarray = np.round(wide * powers) / powers
+    return rounded
+
+
+def _fast_float32(values: np.ndarray) -> np.ndarray | None:
+    """The float32 values as TensorFlow Serving writes them (`_FLOAT32`), as float64s
+    that orjson writes in their shortest form (the same decimal), computed for the whole
+    array; None where a value is outside what this computes exactly (not finite, or
+    outside [1e-4, 1e6)), for `_floats` to write one by one."""
+    wide = values.astype(np.float64)
+    magnitude = np.abs(wide)
+    if not np.all(np.isfinite(magnitude)):
+        return None
+    zero = magnitude == 0
+    with np.errstate(divide="ignore"):
+        exponents = np.floor(np.log10(np.where(zero, 1.0, magnitude))).astype(np.int64)
+    low, high = _FAST_EXPONENTS
+    if exponents.size and (exponents.min() < low or exponents.max() > high):
+        return None
+    # log10's floor can be one off beside a power of ten: the scaled value (exact) says.
+    scaled = magnitude * _POWERS[8 - exponents]
+    exponents += (scaled >= 1e9).astype(np.int64) - ((scaled < 1e8) & ~zero).astype(np.int64)
+    if exponents.size and (exponents.min() < low or exponents.max() > high):
+        return None
+    six = _rounded(wide, exponents, 6)
+    nine = _rounded(wide, exponents, 9)
+    result: np.ndarray = np.where(six.astype(np.float32) == values, six, nine)
+    return result
+
+
 def _string(value: object, as_bytes: bool) -> str:
     raw = value if isinstance(value, bytes) else str(value).encode()
     if not as_bytes:
@@ -109,11 +182,7 @@ def _values(array: np.ndarray, name: str) -> list[str]:
     kind = array.dtype.kind
     flat = array.reshape(-1)
     if kind == "f":
-        write = _FLOAT64 if array.dtype.itemsize == 8 else _FLOAT32
-        return [
-            write(v)
-            for v in flat.astype(np.float64 if array.dtype.itemsize == 8 else np.float32).tolist()
-        ]
+        return _floats(flat)
     if kind == "b":
         return ["true" if v else "false" for v in flat.tolist()]
     if kind in "iu":
@@ -143,17 +212,25 @@ def _key(name: str) -> str:
     return orjson.dumps(name).decode()
 
 
-def predict_answer(request: ScoringRequest, outputs: Mapping[str, np.ndarray]) -> bytes:
-    """The answer to a `:predict` in the form it was asked in."""
-    names = [n for n in request.signature.outputs if n in outputs] or sorted(outputs)
-    arrays = {n: np.asarray(outputs[n]) for n in names}
-    texts = {n: _values(a, n) for n, a in arrays.items()}
-    if request.form == PayloadForm.INPUTS:
-        columns = {n: _nest(texts[n], arrays[n].shape) for n in names}
-        if len(names) == 1:
-            return ('{"outputs": ' + columns[names[0]] + "}").encode()
-        body = ",".join(f"{_key(n)}: {columns[n]}" for n in names)
-        return ('{"outputs": {' + body + "}}").encode()
+def _as_numbers(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The outputs as arrays orjson writes as TensorFlow Serving would (integers and
+    booleans as they are, float32 through `_fast_float32`); None when one is not."""
+    numbers = {}
+    for name, array in arrays.items():
+        kind = array.dtype.kind
+        if kind in "biu":
+            numbers[name] = array
+        elif array.dtype == np.float32:
+            fast = _fast_float32(array.reshape(-1))
+            if fast is None:
+                return None
+            numbers[name] = fast.reshape(array.shape)
+        else:
+            return None
+    return numbers
+
+
+def _check_rows(request: ScoringRequest, arrays: Mapping[str, np.ndarray]) -> None:
     for n, a in arrays.items():
         if a.ndim == 0:
             raise InvalidPayload(f"/outputs/{n}", f"Tensor name: {n} has no shape information")
@@ -163,6 +240,35 @@ def predict_answer(request: ScoringRequest, outputs: Mapping[str, np.ndarray]) -
                 f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: "
                 f"{request.rows}",
             )
+
+
+def predict_answer(request: ScoringRequest, outputs: Mapping[str, np.ndarray]) -> bytes:
+    """The answer to a `:predict` in the form it was asked in: numbers written by orjson
+    where `_as_numbers` can give them, else value by value."""
+    names = [n for n in request.signature.outputs if n in outputs] or sorted(outputs)
+    arrays = {n: np.asarray(outputs[n]) for n in names}
+    columnar = request.form == PayloadForm.INPUTS
+    if not columnar:
+        _check_rows(request, arrays)
+    numbers = _as_numbers(arrays)
+    if numbers is not None:
+        answer: dict[str, Any]
+        if columnar:
+            answer = {"outputs": numbers[names[0]] if len(names) == 1 else numbers}
+        elif len(names) == 1:
+            answer = {"predictions": numbers[names[0]]}
+        else:
+            answer = {
+                "predictions": [{n: numbers[n][i] for n in names} for i in range(request.rows)]
+            }
+        return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+    texts = {n: _values(a, n) for n, a in arrays.items()}
+    if request.form == PayloadForm.INPUTS:
+        columns = {n: _nest(texts[n], arrays[n].shape) for n in names}
+        if len(names) == 1:
+            return ('{"outputs": ' + columns[names[0]] + "}").encode()
+        body = ",".join(f"{_key(n)}: {columns[n]}" for n in names)
+        return ('{"outputs": {' + body + "}}").encode()
     rows = []
     for i in range(request.rows):
         parts = {}

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.db.session import DATABASE_UNAVAILABLE
 from service.domain.signature import CLASSIFY_METHOD, REGRESS_METHOD
@@ -149,6 +150,27 @@ async def _post(request: Request) -> Response:
         return _answer(tfs_json.classify_answer(classes), decision)
     values = tfs_infer.regressions(signature, outputs, checked.rows)
     return _answer(tfs_json.regress_answer(values), decision)
+
+
+class FastServing:
+    """Answers `:predict`, `:classify` and `:regress` when scoring runs in this process,
+    ahead of routing, as `predictions.FastPredictions` does for the platform's route
+    (same code as the route, `_post`; the outer middleware still applies)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and _POST.fullmatch(scope["path"])
+            and hasattr(scope["app"].state, "scoring")
+        ):
+            response = await _refusing(_post(Request(scope, receive)))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 @proxy_router.get(PREFIX + "/{path:path}", responses=_RESPONSES)
