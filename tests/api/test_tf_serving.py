@@ -508,3 +508,27 @@ def test_deployment_names_are_unique_per_tenant(
     assert r.status_code == 202, r.text
     names = [create(None).json()["name"] for _ in range(2)]
     assert names[1] == f"{names[0]}-2"
+
+
+def test_the_api_forwards_tensorflow_servings_paths_to_the_scoring_service(
+    settings: Settings,
+) -> None:
+    """With DLAAS_SCORING_URL the API forwards /v1/models/... as it forwards predictions;
+    a scoring service it cannot reach is TensorFlow Serving's 503 `{"error"}`."""
+    platform = Platform.from_settings(
+        settings.model_copy(update={"scoring_url": "http://127.0.0.1:9"})
+    )
+    try:
+        with TestClient(create_app(platform=platform), raise_server_exceptions=False) as client:
+            tenant = create_tenant(client, "acme")
+            for r in (
+                client.post("/v1/models/m:predict", json={"instances": [[1.0]]}, headers=tenant),
+                client.get("/v1/models/m/versions/1/metadata", headers=tenant),
+            ):
+                assert r.status_code == 503, r.text
+                unreachable = "the scoring service at http://127.0.0.1:9 did not answer"
+                assert r.json() == {"error": f"{unreachable} (ConnectError)"}
+            r = client.get("/v1/models/m", headers={"Authorization": "Bearer nope"})
+            assert r.status_code == 401 and set(r.json()) == {"error"}
+    finally:
+        platform.close()
