@@ -153,9 +153,11 @@ async def _post(request: Request) -> Response:
 
 
 class FastServing:
-    """Answers `:predict`, `:classify` and `:regress` when scoring runs in this process,
-    ahead of routing, as `predictions.FastPredictions` does for the platform's route
-    (same code as the route, `_post`; the outer middleware still applies)."""
+    """Answers GET and POST under /v1/models ahead of routing, as
+    `predictions.FastPredictions` does for the platform's route: the same code as the
+    routes (`_get`, `_post`, `_forward`; the outer middleware still applies), and every
+    path there, even one no route pattern matches (a newline in it), is TensorFlow
+    Serving's (`Malformed request` 400 `{"error"}`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -163,11 +165,20 @@ class FastServing:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] == "http"
-            and scope["method"] == "POST"
-            and _POST.fullmatch(scope["path"])
-            and hasattr(scope["app"].state, "scoring")
+            and scope["method"] in ("GET", "POST")
+            and scope["path"].startswith(PREFIX + "/")
         ):
-            response = await _refusing(_post(Request(scope, receive)))
+            state = scope["app"].state
+            request = Request(scope, receive)
+            response: Response
+            if hasattr(state, "scoring"):
+                answer = _get(request) if scope["method"] == "GET" else _post(request)
+                response = await _refusing(answer)
+            elif hasattr(state, "scoring_client"):
+                response = await _forward(request)
+            else:
+                await self.app(scope, receive, send)
+                return
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
