@@ -100,18 +100,34 @@ def delete_deployment(session: Session, store: ObjectStore, deployment: Deployme
     store.delete_prefix(keys.deployment_prefix(deployment.id))
 
 
+def _find(session: Session, tenant: TenantRef, deployment_id: str, by_name: bool) -> Deployment:
+    found = repository.get_deployment(session, tenant.id, deployment_id)
+    if found is None and by_name:
+        found = repository.deployment_named(session, tenant.id, deployment_id)
+    if found is None:
+        raise NotFound(f"deployment {deployment_id} not found")
+    return found
+
+
+def serving_state(
+    session: Session, tenant: TenantRef, name: str
+) -> tuple[ScoringTarget, DeploymentState, str | None]:
+    """The caller's deployment `name` (its id or name) whatever its state, with its state
+    and status message: what a model status request reports (404 if not the caller's)."""
+    deployment = _find(session, tenant, name, True)
+    target = ScoringTarget(
+        deployment.id, deployment.model_key, signatures_from_json(deployment.signatures)
+    )
+    return target, DeploymentState(deployment.status), deployment.status_message
+
+
 def scoring_target(
     session: Session, tenant: TenantRef, deployment_id: str, *, by_name: bool = False
 ) -> ScoringTarget:
     """The READY deployment a prediction is for; 404 if it is not the caller's, 409 while
     it is not READY. With `by_name`, `deployment_id` may also be the deployment's name
     (TensorFlow Serving's model name): an id is looked for first."""
-    found = repository.get_deployment(session, tenant.id, deployment_id)
-    if found is None and by_name:
-        found = repository.deployment_named(session, tenant.id, deployment_id)
-    if found is None:
-        raise NotFound(f"deployment {deployment_id} not found")
-    deployment = found
+    deployment = _find(session, tenant, deployment_id, by_name)
     deployment_id = deployment.id
     if deployment.status == DeploymentState.DEPLOYING:
         raise Conflict(

@@ -71,10 +71,12 @@ class ModelCalls:
         return metadata_response(self.messages, self.codec, spec.name, version, target.signatures)
 
     async def status(self, request: Any, context: aio.ServicerContext) -> Any:
+        """The model's status in any state: LOADING while it deploys, AVAILABLE, or END
+        with the reason when it failed."""
         spec = request.model_spec
-        _, target = await self.scoring.caller(api_key(context), spec.name, by_name=True)
+        target, state, message = await self.scoring.state_of(api_key(context), spec.name)
         version = resolve_version(target, *requested_version(spec))
-        return status_response(self.messages, [version])
+        return status_response(self.messages, [version], state, message)
 
 
 def _outputs(signature: SignatureInfo, output_filter: Sequence[str]) -> list[str]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
-from service.deployments import scoring_target
+from service.deployments import scoring_target, serving_state
 from service.domain.deployments import (
     DEPLOYMENT_RULE,
     SERVING_SIGNATURE,
@@ -298,6 +298,19 @@ class ScoringService:
         if target.id != deployment_id:  # asked for by its name
             self.targets.put((key_hash, _NAMED + deployment_id), found)
         return found
+
+    async def state_of(
+        self, key: str, name: str
+    ) -> tuple[ScoringTarget, DeploymentState, str | None]:
+        """The caller's deployment `name` (id or name) in any state, its state and status
+        message (a model status request; never remembered, so a change shows at once)."""
+
+        def look() -> tuple[ScoringTarget, DeploymentState, str | None]:
+            tenant = authenticate(self.platform, key)
+            with self.platform.sessions() as session:
+                return serving_state(session, tenant, name)
+
+        return await asyncio.to_thread(look)
 
     async def predict(
         self,

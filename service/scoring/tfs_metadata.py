@@ -12,6 +12,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from service.domain.deployments import DeploymentState
 from service.domain.signature import SignatureInfo, TensorInfo
 from service.scoring.tensors import TensorCodec
 from service.scoring.tfs_protos import ServingMessages
@@ -92,23 +93,53 @@ def metadata_json(
     }
 
 
-def status_response(messages: ServingMessages, versions: list[int]) -> Any:
-    """GetModelStatusResponse: each version AVAILABLE, its status OK."""
+# A deployment's state as a model version's (ModelVersionStatus.State): loading, served,
+# or ended by a failure to load (its status then the error, as TensorFlow Serving reports
+# a version that failed to load).
+_STATES = {
+    DeploymentState.DEPLOYING: "LOADING",
+    DeploymentState.READY: AVAILABLE,
+    DeploymentState.FAILED: "END",
+}
+_LOAD_FAILED = "UNKNOWN"
+
+
+def status_response(
+    messages: ServingMessages,
+    versions: list[int],
+    state: DeploymentState = DeploymentState.READY,
+    message: str | None = None,
+) -> Any:
+    """GetModelStatusResponse: each version in the deployment's state, its status OK, or
+    for a deployment that FAILED the reason (error code UNKNOWN)."""
     response = messages.GetModelStatusResponse()
-    state = response.model_version_status.add().DESCRIPTOR.fields_by_name["state"]
-    del response.model_version_status[:]
-    available = state.enum_type.values_by_name[AVAILABLE].number
+    version_status = messages.GetModelStatusResponse.DESCRIPTOR.fields_by_name[
+        "model_version_status"
+    ].message_type
+    states = version_status.fields_by_name["state"].enum_type.values_by_name
+    codes = (
+        version_status.fields_by_name["status"]
+        .message_type.fields_by_name["error_code"]
+        .enum_type.values_by_name
+    )
     for version in versions:
         status = response.model_version_status.add()
         status.version = version
-        status.state = available
-        status.status.error_code = 0
-        status.status.error_message = ""
+        status.state = states[_STATES[state]].number
+        status.status.SetInParent()
+        if state == DeploymentState.FAILED:
+            status.status.error_code = codes[_LOAD_FAILED].number
+            status.status.error_message = message or ""
     return response
 
 
-def status_json(messages: ServingMessages, versions: list[int]) -> dict[str, Any]:
+def status_json(
+    messages: ServingMessages,
+    versions: list[int],
+    state: DeploymentState = DeploymentState.READY,
+    message: str | None = None,
+) -> dict[str, Any]:
     """GET /v1/models/{name}: `{"model_version_status": [{"version": "1", "state":
     "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}`."""
-    result: dict[str, Any] = _json(status_response(messages, versions))
+    result: dict[str, Any] = _json(status_response(messages, versions, state, message))
     return result

@@ -115,12 +115,14 @@ async def _get(request: Request) -> Response:
         raise _malformed(request)
     name, version, label = _spec(match)
     scoring: ScoringService = request.app.state.scoring
+    messages, codec = _messages()
+    if not match.group(4):  # the status: of a model in any state
+        target, state, message = await scoring.state_of(caller_key(request), name)
+        resolved = resolve_version(target, version, label)
+        return _json(tfs_metadata.status_json(messages, [resolved], state, message))
     _, target = await scoring.caller(caller_key(request), name, by_name=True)
     resolved = resolve_version(target, version, label)
-    messages, codec = _messages()
-    if match.group(4):
-        return _json(tfs_metadata.metadata_json(messages, codec, name, resolved, target.signatures))
-    return _json(tfs_metadata.status_json(messages, [resolved]))
+    return _json(tfs_metadata.metadata_json(messages, codec, name, resolved, target.signatures))
 
 
 async def _post(request: Request) -> Response:

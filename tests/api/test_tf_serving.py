@@ -532,3 +532,60 @@ def test_the_api_forwards_tensorflow_servings_paths_to_the_scoring_service(
             assert r.status_code == 401 and set(r.json()) == {"error"}
     finally:
         platform.close()
+
+
+def test_model_status_follows_the_deployment(served: Served) -> None:
+    """A deployment still loading is LOADING; one that failed to load is END with the
+    reason; over REST and gRPC alike."""
+    from service.db.models import Deployment, Training
+
+    tenant = create_tenant(served.client, "acme")
+    training_id = completed_training(served.client, tenant, served.platform, None)
+    with served.platform.sessions() as session:
+        training = session.get(Training, training_id)
+        assert training is not None
+        for deployment_id, status, message in (
+            ("loading1", "DEPLOYING", "loading the model"),
+            ("failed1", "FAILED", "the SavedModel has no 'serving_default' signature"),
+        ):
+            session.add(
+                Deployment(
+                    id=deployment_id,
+                    tenant_id=training.tenant_id,
+                    training_id=training_id,
+                    name=f"{deployment_id}-name",
+                    status=status,
+                    status_message=message,
+                    model_key=f"deployments/{deployment_id}/model/",
+                )
+            )
+        session.commit()
+    expected = {
+        "loading1-name": ("LOADING", "OK", ""),
+        "failed1": ("END", "UNKNOWN", "the SavedModel has no 'serving_default' signature"),
+    }
+    for name, (state, code, message) in expected.items():
+        r = served.client.get(f"/v1/models/{name}", headers=tenant)
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "model_version_status": [
+                {
+                    "version": "1",
+                    "state": state,
+                    "status": {"error_code": code, "error_message": message},
+                }
+            ]
+        }
+        answer = served.models.GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec=spec(name)),
+            metadata=metadata(tenant),
+            timeout=60,
+        )
+        status = answer.model_version_status[0]
+        assert get_model_status_pb2.ModelVersionStatus.State.Name(status.state) == state
+        assert status.status.error_message == message
+    # Predictions and metadata still need the model READY (TensorFlow Serving: no servable).
+    r = served.client.post(
+        "/v1/models/loading1:predict", json={"instances": [[1.0]]}, headers=tenant
+    )
+    assert r.status_code == 400 and "DEPLOYING" in r.json()["error"]
