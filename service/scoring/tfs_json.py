@@ -14,9 +14,9 @@ when that does not read back as the same value, `.0` after a whole number, and `
 `Infinity`, `-Infinity`; string outputs whose name ends in `_bytes` as `{"b64": ...}`
 (and, since JSON text is UTF-8, any string that is not). Writing thousands of floats
 one by one costs more than the model call, so float32 outputs in [1e-4, 1e6) (and
-zeros) are rounded to those decimals as arrays and written by orjson (the same numbers;
-an exponent may read `1e-5` where printf writes `1e-05`); anything else is written value
-by value.
+zeros) are rounded to those decimals as arrays and written by orjson (the same text:
+in that range neither printf form uses an exponent, and orjson writes the shortest
+decimal, which is that one, with its `.0`); anything else is written value by value.
 """
 
 from __future__ import annotations
