@@ -1,7 +1,7 @@
 """Online scoring: predictions through the REST endpoint against calling the same loaded
 model in this process, and dynamic batching on against off.
 
-    python benchmarks/scoring.py [--quick]
+    python benchmarks/scoring.py [--quick] [--only scoring_rest_tfs_path_b64]
 
 Runs the platform on a temporary DLAAS_HOME (the API under uvicorn with scoring in its
 process and each model in its sandboxed model process, a Celery worker, the monitor),
@@ -19,6 +19,11 @@ An API of its own (batching on, as the REST one) serves TensorFlow Serving's gRP
 `scoring_grpc_<model>_b64` rows are batch-64 predictions through it (a PredictRequest made
 with tensorflow-serving-api and tf.make_tensor_proto, 4 calls in flight on one channel)
 against the same in-process baseline, measured in turn with it.
+
+`scoring_rest_tfs_path_b64` is TensorFlow Serving's REST path, `POST
+/v1/models/{name}:predict` with a batch of 64 `instances`, on the batching API, against
+the same in-process baseline (`mlp`; `--only scoring_rest_tfs_path_b64` trains and
+deploys that model alone and measures only this row).
 
 Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1), `mlp`
 (32 inputs, 4 x 1024 relu, 10 outputs) and `wide` (32 inputs, 2 x 4096 relu, 10 outputs).
@@ -286,6 +291,91 @@ def through_endpoint(
     return Sample(load.per_second * len(batch), load.latencies)
 
 
+TFS_ROW = "scoring_rest_tfs_path_b64"
+TFS_MODEL = "mlp"
+
+
+def through_tfs_rest(
+    bench: Bench,
+    url: str,
+    deployment_id: str,
+    batch: np.ndarray,
+    concurrency: int,
+    seconds: float,
+) -> Sample:
+    """`concurrency` clients posting {"instances": batch} to TensorFlow Serving's path."""
+    load = hammer(
+        f"{url}/v1/models/{deployment_id}:predict",
+        method="POST",
+        headers={**bench.headers, "Content-Type": "application/json"},
+        body=orjson.dumps({"instances": batch.tolist()}),
+        concurrency=concurrency,
+        seconds=seconds,
+    )
+    return Sample(load.per_second * len(batch), load.latencies)
+
+
+def check_tfs_answers_as_rest(
+    bench: Bench, url: str, deployment_id: str, batch: np.ndarray
+) -> None:
+    """TensorFlow Serving's path answers the platform route's numbers (1e-6)."""
+    with bench.client(url) as http:
+        body = {"instances": batch.tolist()}
+        tfs = http.post(f"/v1/models/{deployment_id}:predict", json=body)
+        rest = http.post(f"/v1/deployments/{deployment_id}/predictions", json=body)
+        tfs.raise_for_status()
+        rest.raise_for_status()
+    np.testing.assert_allclose(
+        np.asarray(tfs.json()["predictions"]),
+        np.asarray(rest.json()["predictions"]),
+        rtol=0,
+        atol=1e-6,
+    )
+
+
+def tfs_rest_vs_in_process(
+    bench: Bench, url: str, model: Model, deployment_id: str, model_dir: Path, args: Any
+) -> Row:
+    """`scoring_rest_tfs_path_b64`: batch-64 predictions/s through `:predict`, 4 clients,
+    against the loaded model called back to back in-process, measured in turn."""
+    batch = np.random.default_rng(0).uniform(-1, 1, size=(64, model.features))
+    batch = batch.astype(np.float32)
+    check_tfs_answers_as_rest(bench, url, deployment_id, batch)
+    function = serving_function(model_dir)
+    local: list[Sample] = []
+    served: list[Sample] = []
+    platform: list[Sample] = []
+    paths = ((served, through_tfs_rest), (platform, through_endpoint))
+    for repeat in range(args.repeats):
+        local.append(in_process(function, batch, args.seconds))
+        # The two paths take turns at following the in-process run (whose TensorFlow
+        # threads keep spinning a moment after it), so neither always pays for it.
+        for samples, through in paths if repeat % 2 == 0 else paths[::-1]:
+            samples.append(
+                through(bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds)
+            )
+    value, base, route = summarize(served), summarize(local), summarize(platform)
+    return Row(
+        TFS_ROW,
+        round(value[0], 3),
+        "predictions/s",
+        baseline=round(base[0], 3),
+        ratio=round(value[0] / base[0], 3),
+        detail={
+            "model": model.name,
+            "batch": 64,
+            "concurrency": THROUGHPUT_CONCURRENCY,
+            "path": "POST /v1/models/{name}:predict",
+            "p50_ms": round(value[1], 3),
+            "p99_ms": round(value[2], 3),
+            "platform_route_predictions_per_s": round(route[0], 3),
+            "platform_route_ratio": round(route[0] / base[0], 3),
+            "target": "ratio >= 0.8",
+            "baseline": "the loaded model called back to back in-process",
+        },
+    ).emit()
+
+
 def grpc_request(deployment_id: str, batch: np.ndarray) -> Any:
     """A TensorFlow Serving client's PredictRequest for `batch`."""
     import tensorflow as tf
@@ -454,10 +544,13 @@ def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any
     ).emit()
 
 
-def run(quick: bool) -> list[Row]:
+def run(quick: bool, only: str | None = None) -> list[Row]:
     """Every scoring row, then the two headline rows of benchmarks/run.py: the "small dense
-    model" is `mlp` (the tiny keras-single model's ratios are in their own rows)."""
+    model" is `mlp` (the tiny keras-single model's ratios are in their own rows). With
+    `only` (TFS_ROW), that row alone."""
     args = argparse.Namespace(seconds=1.0 if quick else 1.5, repeats=3 if quick else 5)
+    if only == TFS_ROW:
+        return run_tfs_only(args)
     rows = run_all(args)
     by_name = {r.name: r for r in rows}
     served = by_name["scoring_mlp_b64_predictions_per_s"]
@@ -513,13 +606,37 @@ def run_all(args: Any) -> list[Row]:
             for model, (deployment_id, model_dir) in zip(MODELS, deployed, strict=True):
                 rows += endpoint_vs_in_process(bench, url, model, deployment_id, model_dir, args)
                 rows.append(batching_on_vs_off(bench, model, deployment_id, args))
+                if model.name == TFS_MODEL:
+                    rows.append(
+                        tfs_rest_vs_in_process(bench, url, model, deployment_id, model_dir, args)
+                    )
         finally:
             bench.stop_all()
     return rows
+
+
+def run_tfs_only(args: Any) -> list[Row]:
+    """TFS_ROW alone: the one model trained and deployed on the batching API."""
+    model = next(m for m in MODELS if m.name == TFS_MODEL)
+    with tempfile.TemporaryDirectory(prefix="dlaas-bench-scoring-") as tmp:
+        bench = Bench(Path(tmp) / "home", catalog_file(Path(tmp)))
+        try:
+            url = bench.start_api("batching")
+            bench.create_tenant(url)
+            bench.spawn("worker", ["-m", "worker"])
+            bench.spawn("monitor", ["-m", "worker.monitor"])
+            deployment_id, model_dir = train_and_deploy(bench, url, model)
+            bench.stop("worker")
+            bench.stop("monitor")
+            return [tfs_rest_vs_in_process(bench, url, model, deployment_id, model_dir, args)]
+        finally:
+            bench.stop_all()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repeats")
-    run(parser.parse_args().quick)
+    parser.add_argument("--only", choices=[TFS_ROW], help="measure this row alone")
+    parsed = parser.parse_args()
+    run(parsed.quick, parsed.only)

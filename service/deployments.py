@@ -88,7 +88,7 @@ def create_deployment(
         id=deployment_id,
         tenant_id=tenant.id,
         training_id=training.id,
-        name=name or training.name,
+        name=_free_name(session, tenant, name, training.name),
         status=DeploymentState.DEPLOYING,
         status_message="loading the model",
         model_key=keys.deployment_version_prefix(deployment_id, latest),
@@ -216,6 +216,30 @@ def default_version(rows: Sequence[DeploymentVersion], labels: dict[str, int]) -
     return versions.default_version(_states(rows), labels)
 
 
+# A default name taken already gets the first free suffix of these.
+_MAX_SUFFIX = 1000
+_NAME_LENGTH = 128  # Deployment.name's column
+
+
+def _free_name(session: Session, tenant: TenantRef, name: str | None, default: str) -> str:
+    """The new deployment's name, unique among the tenant's deployments (TensorFlow
+    Serving's paths address a model by it). A name asked for that is taken is a Conflict
+    naming /name; the default (the training's name) takes the first free `-<n>` suffix."""
+    if name is not None:
+        if repository.deployment_named(session, tenant.id, name) is not None:
+            message = f"the tenant has a deployment named '{name}' already; names are unique"
+            raise Conflict(f"/name: {message}", errors=[FieldError("/name", message)])
+        return name
+    candidate = default
+    for n in range(2, _MAX_SUFFIX):
+        if repository.deployment_named(session, tenant.id, candidate) is None:
+            return candidate
+        suffix = f"-{n}"
+        candidate = default[: _NAME_LENGTH - len(suffix)] + suffix
+    message = f"the names '{default}' to '{candidate}' are all taken; name the deployment"
+    raise Conflict(f"/name: {message}", errors=[FieldError("/name", message)])
+
+
 def owned_deployment(session: Session, tenant: TenantRef, deployment_id: str) -> Deployment:
     """The caller's deployment; another tenant's is as absent as a missing one (404)."""
     deployment = repository.get_deployment(session, tenant.id, deployment_id)
@@ -230,10 +254,56 @@ def delete_deployment(session: Session, store: ObjectStore, deployment: Deployme
     store.delete_prefix(keys.deployment_prefix(deployment.id))
 
 
-def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> ScoringTarget:
+def _find(session: Session, tenant: TenantRef, deployment_id: str, by_name: bool) -> Deployment:
+    found = repository.get_deployment(session, tenant.id, deployment_id)
+    if found is None and by_name:
+        found = repository.deployment_named(session, tenant.id, deployment_id)
+    if found is None:
+        raise NotFound(f"deployment {deployment_id} not found")
+    return found
+
+
+def serving_state(
+    session: Session, tenant: TenantRef, name: str
+) -> tuple[ScoringTarget, DeploymentState, str | None]:
+    """The caller's deployment `name` (its id or name) whatever its state, with its state
+    and status message: what a model status request reports (404 if not the caller's)."""
+    deployment = _find(session, tenant, name, True)
+    targets, labels, chosen = _version_targets(session, deployment)
+    target = ScoringTarget(
+        deployment.id,
+        deployment.model_key,
+        signatures_from_json(deployment.signatures),
+        version=chosen or max(targets, default=1),
+        versions=targets,
+        labels=labels,
+    )
+    return target, DeploymentState(deployment.status), deployment.status_message
+
+
+def _version_targets(
+    session: Session, deployment: Deployment
+) -> tuple[dict[int, VersionTarget], dict[str, int], int | None]:
+    """The deployment's versions as scoring sees them, its labels, and the version a
+    request that names none gets now (None when none is loaded)."""
+    rows, labels = version_view(session, deployment.id)
+    targets = {
+        row.version: VersionTarget(
+            row.version, row.state, row.model_key, signatures_from_json(row.signatures)
+        )
+        for row in rows
+    }
+    return targets, labels, default_version(rows, labels)
+
+
+def scoring_target(
+    session: Session, tenant: TenantRef, deployment_id: str, *, by_name: bool = False
+) -> ScoringTarget:
     """The READY deployment a prediction is for; 404 if it is not the caller's, 409 while
-    it is not READY."""
-    deployment = owned_deployment(session, tenant, deployment_id)
+    it is not READY. With `by_name`, `deployment_id` may also be the deployment's name
+    (TensorFlow Serving's model name): an id is looked for first."""
+    deployment = _find(session, tenant, deployment_id, by_name)
+    deployment_id = deployment.id
     if deployment.status == DeploymentState.DEPLOYING:
         raise Conflict(
             f"deployment {deployment_id} is DEPLOYING; it answers predictions once READY"
@@ -243,14 +313,7 @@ def scoring_target(session: Session, tenant: TenantRef, deployment_id: str) -> S
             f"deployment {deployment_id} is {deployment.status} "
             f"({deployment.status_message}); it answers no predictions"
         )
-    rows, labels = version_view(session, deployment.id)
-    targets = {
-        row.version: VersionTarget(
-            row.version, row.state, row.model_key, signatures_from_json(row.signatures)
-        )
-        for row in rows
-    }
-    chosen = default_version(rows, labels)
+    targets, labels, chosen = _version_targets(session, deployment)
     if chosen is None:
         raise Conflict(
             f"deployment {deployment_id} has no loaded version; it answers no predictions"

@@ -23,7 +23,7 @@ from service.http import health
 from service.http.app import install_common, operation_id
 from service.memory import settled
 from service.platform import Platform
-from service.scoring import predictions
+from service.scoring import predictions, tfs_rest
 from service.settings import Settings
 from service.ui import pages as ui
 
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     install_common(
         app,
         platform,
-        fast_paths=[predictions.FastPredictions],
+        fast_paths=[predictions.FastPredictions, tfs_rest.FastServing],
         public_paths=(*health.PUBLIC_PATHS, ui.PREFIX),
         # The dashboard's pages ask for a key themselves (its sign-in page needs none).
         public_prefixes=(f"{ui.PREFIX}/",),
@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
     )
     # Routes are matched in order: the hot paths first (predictions, then trainings).
     app.include_router(predictions.predictions_router(platform))
+    app.include_router(tfs_rest.tfs_router(platform))
     app.include_router(trainings.router)
     app.include_router(health.router)
     app.include_router(tenants.router)

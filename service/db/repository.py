@@ -502,6 +502,12 @@ def get_deployment(session: Session, tenant_id: str, deployment_id: str) -> Depl
     return session.scalars(stmt).first()
 
 
+def deployment_named(session: Session, tenant_id: str, name: str) -> Deployment | None:
+    """The tenant's deployment called `name` (names are unique per tenant)."""
+    stmt = select(Deployment).where(Deployment.tenant_id == tenant_id, Deployment.name == name)
+    return session.scalars(stmt.order_by(Deployment.created_at)).first()
+
+
 def list_deployments(session: Session, tenant_id: str) -> Sequence[Deployment]:
     """The tenant's deployments, newest first."""
     stmt = (

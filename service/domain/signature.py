@@ -9,15 +9,23 @@ from typing import Any
 
 Shape = tuple[int | None, ...]
 
+# A SignatureDef's method_name: TensorFlow Serving's Predict, Classify and Regress APIs.
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+
 
 @dataclass(frozen=True)
 class TensorInfo:
     """One input or output: its name, dtype (`float32`, `int64`, `string`, `bool`, ...) and
-    shape (None for a dimension of any size; shape None for an unknown rank)."""
+    shape (None for a dimension of any size; shape None for an unknown rank); `tensor`, the
+    graph's tensor the SavedModel's SignatureDef maps it to (`serving_default_x:0`; empty
+    when not known)."""
 
     name: str
     dtype: str
     shape: Shape | None
+    tensor: str = ""
 
     @property
     def batched(self) -> bool:
@@ -32,11 +40,14 @@ class TensorInfo:
         return f"{self.dtype} [{dims}]"
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": None if self.shape is None else list(self.shape),
         }
+        if self.tensor:
+            data["tensor_name"] = self.tensor
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TensorInfo:
@@ -45,14 +56,20 @@ class TensorInfo:
             name=str(data["name"]),
             dtype=str(data["dtype"]),
             shape=None if shape is None else tuple(None if d is None else int(d) for d in shape),
+            tensor=str(data.get("tensor_name") or ""),
         )
 
 
 @dataclass(frozen=True)
 class SignatureInfo:
+    """One signature: its inputs and outputs by key, and its SignatureDef's method_name
+    (what TensorFlow Serving's API may call it with; tf.saved_model.save writes
+    PREDICT_METHOD)."""
+
     name: str
     inputs: Mapping[str, TensorInfo]
     outputs: Mapping[str, TensorInfo]
+    method: str = PREDICT_METHOD
 
     @property
     def batchable(self) -> bool:
@@ -63,6 +80,7 @@ class SignatureInfo:
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "method_name": self.method,
             "inputs": [t.as_json() for t in self.inputs.values()],
             "outputs": [t.as_json() for t in self.outputs.values()],
         }
@@ -71,7 +89,8 @@ class SignatureInfo:
     def from_json(cls, name: str, data: Mapping[str, Any]) -> SignatureInfo:
         inputs = [TensorInfo.from_json(t) for t in data.get("inputs", [])]
         outputs = [TensorInfo.from_json(t) for t in data.get("outputs", [])]
-        return cls(name, {t.name: t for t in inputs}, {t.name: t for t in outputs})
+        method = str(data.get("method_name") or PREDICT_METHOD)
+        return cls(name, {t.name: t for t in inputs}, {t.name: t for t in outputs}, method)
 
 
 def signatures_to_json(signatures: Mapping[str, SignatureInfo]) -> dict[str, Any]:

@@ -112,28 +112,32 @@ def resolve(
     if version is not None:
         state = states.get(version)
         if state is None:
+            # TensorFlow Serving's words: its clients show them as they are.
             raise UnknownVersion(
-                f"deployment {deployment_id} has no version {version}",
-                errors=[FieldError("version", f"no version {version}")],
+                f"Servable not found for request: Specific({deployment_id}, {version})",
+                errors=[
+                    FieldError("version", f"deployment {deployment_id} has no version {version}")
+                ],
             )
         if not state.loaded:
             raise UnknownVersion(
-                f"version {version} of deployment {deployment_id} is {state}, not loaded",
-                errors=[FieldError("version", f"version {version} is {state}")],
+                f"Servable not found for request: Specific({deployment_id}, {version})",
+                errors=[FieldError("version", f"version {version} is {state}, not loaded")],
             )
         return version
     if label is not None:
         target = labels.get(label)
         if target is None:
             raise UnknownVersion(
-                f"deployment {deployment_id} has no label '{label}'",
-                errors=[FieldError("label", f"no label '{label}'")],
+                f"Servable not found for request: Labeled({deployment_id}, {label}) "
+                f"(unrecognized servable version label '{label}')",
+                errors=[FieldError("label", f"deployment {deployment_id} has no label '{label}'")],
             )
         state = states.get(target)
         if state is None or not state.loaded:
             raise UnknownVersion(
-                f"label '{label}' of deployment {deployment_id} points at version {target}, "
-                "which is not loaded",
+                f"Servable not found for request: Labeled({deployment_id}, {label}) (it "
+                f"points at version {target}, which is not loaded)",
                 errors=[FieldError("label", f"version {target} is not loaded")],
             )
         return target

@@ -28,9 +28,13 @@ from service.errors import DlaasError, PayloadTooLarge, TooManyRequests, Unautho
 from service.http.auth import authenticate, caller_key
 from service.http.problems import database_unavailable, dlaas_problem
 from service.http.rates import RequestRates
+from service.http.serving_errors import serving_error
 from service.platform import Platform
 
 _PREDICTIONS = re.compile(r"/v1/deployments/[^/]+/predictions")
+# TensorFlow Serving's REST paths: forwarded with predictions, refused in its own shape.
+_SERVING = "/v1/models"
+_SERVING_INFERENCE = re.compile(r"/v1/models/[^:]+:(?:predict|classify|regress)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class BodyLimits:
         if method == "POST":
             if path == "/v1/trainings":
                 return self.upload
-            if _PREDICTIONS.fullmatch(path):
+            if _PREDICTIONS.fullmatch(path) or _SERVING_INFERENCE.fullmatch(path):
                 return self.predictions
         return self.json
 
@@ -164,12 +168,12 @@ class RequestGate:
             except DlaasError as exc:
                 # A path no route serves is a 404 whoever asks (the body is not read).
                 if isinstance(exc, TooManyRequests) or _routed(scope):
-                    await self._refuse(dlaas_problem(exc, path), scope, receive, send)
+                    await self._refuse(_refusal(exc, path), scope, receive, send)
                     return
         cap = self.limits.cap(scope["method"], path)
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap.max_bytes:
-            response = dlaas_problem(PayloadTooLarge(cap.detail()), path)
+            response = _refusal(PayloadTooLarge(cap.detail()), path)
             await self._refuse(response, scope, receive, send)
             return
         seen = 0
@@ -194,7 +198,7 @@ class RequestGate:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                response = dlaas_problem(PayloadTooLarge(cap.detail()), path)
+                response = _refusal(PayloadTooLarge(cap.detail()), path)
                 await self._refuse(response, scope, receive, send)
 
     async def _check_caller(self, scope: Scope) -> None:
@@ -202,7 +206,9 @@ class RequestGate:
         count = not (
             self.forwarded_predictions
             and scope["method"] == "POST"
-            and _PREDICTIONS.fullmatch(scope["path"])
+            and (
+                _PREDICTIONS.fullmatch(scope["path"]) or _SERVING_INFERENCE.fullmatch(scope["path"])
+            )
         )
         key_of = lambda: caller_key(Request(scope))  # noqa: E731
         await self.callers.check(key_of, client_address(scope), count=count)
@@ -216,6 +222,13 @@ class RequestGate:
         if _header(scope, b"transfer-encoding") is not None or length not in (None, "0"):
             response.headers["Connection"] = "close"
         await response(scope, receive, send)
+
+
+def _refusal(exc: DlaasError, path: str) -> Response:
+    """problem+json, or on TensorFlow Serving's paths its `{"error": ...}`."""
+    if path == _SERVING or path.startswith(_SERVING + "/"):
+        return serving_error(exc)
+    return dlaas_problem(exc, path)
 
 
 def _routed(scope: Scope) -> bool:

@@ -184,6 +184,16 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+# TensorFlow Serving's paths refuse in its own shape (service.http.serving_errors).
+SERVING_PREFIX = "/v1/models"
+SERVING_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "ServingError",
+    "description": "TensorFlow Serving's error body.",
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
+_SERVING_ERROR_REF = {"$ref": "#/components/schemas/ServingError"}
 # What a status means when the route does not say more.
 _GENERIC = {
     400: "The request is malformed (a body or parameter that cannot be read)",
@@ -200,10 +210,15 @@ _GENERIC = {
 def document_problems(document: dict[str, Any], *, public_paths: Collection[str]) -> dict[str, Any]:
     """Make the OpenAPI document say what the API answers when it refuses a request: every
     operation lists its 4xx/5xx with `application/problem+json` and the Problem schema (in
-    place of FastAPI's HTTPValidationError, which the app never sends)."""
+    place of FastAPI's HTTPValidationError, which the app never sends); TensorFlow
+    Serving's paths with its `{"error": ...}` body."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas["Problem"] = PROBLEM_SCHEMA
-    for path, operations in document.get("paths", {}).items():
+    paths = document.get("paths", {})
+    if any(path.startswith(SERVING_PREFIX + "/") for path in paths):
+        schemas["ServingError"] = SERVING_ERROR_SCHEMA
+    for path, operations in paths.items():
+        serving = path.startswith(SERVING_PREFIX + "/")
         for operation in operations.values():
             responses: dict[str, Any] = operation.setdefault("responses", {})
             # What the request gate and the routers may answer any keyed request; a public
@@ -220,7 +235,10 @@ def document_problems(document: dict[str, Any], *, public_paths: Collection[str]
                 documented.setdefault("description", _GENERIC.get(code, HTTPStatus(code).phrase))
                 if documented["description"] == "Validation Error":
                     documented["description"] = _GENERIC[422]
-                documented["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+                if serving:
+                    documented["content"] = {"application/json": {"schema": _SERVING_ERROR_REF}}
+                else:
+                    documented["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
     text = repr(document.get("paths", {}))
     for unused in ("HTTPValidationError", "ValidationError"):
         if f"#/components/schemas/{unused}'" not in text:

@@ -1,4 +1,5 @@
-"""The scoring service on its own: the predictions route and health, nothing else.
+"""The scoring service on its own: the predictions route, TensorFlow Serving's REST paths
+(`tfs_rest`) and health, nothing else.
 
 Run it with `python -m service.scoring` where it should scale apart from the API (its own
 Kubernetes Deployment), and point the API at it with DLAAS_SCORING_URL; it reads the same
@@ -16,7 +17,7 @@ from service.http import health
 from service.http.app import install_common, operation_id
 from service.memory import settled
 from service.platform import Platform
-from service.scoring import predictions
+from service.scoring import predictions, tfs_rest
 from service.settings import Settings
 
 
@@ -43,9 +44,10 @@ def create_scoring_app(
     install_common(
         app,
         platform,
-        fast_paths=[predictions.FastPredictions],
+        fast_paths=[predictions.FastPredictions, tfs_rest.FastServing],
         public_paths=health.PUBLIC_PATHS,
     )
     app.include_router(health.router)
     app.include_router(predictions.predictions_router(platform, local=True))
+    app.include_router(tfs_rest.tfs_router(platform, local=True))
     return app

@@ -26,6 +26,13 @@ class InvalidPayload(BadRequest):
         super().__init__(f"{field}: {message}", errors=[FieldError(field, message)])
 
 
+class UnknownSignature(InvalidPayload):
+    """A signature the model does not have: 400 on the platform's route, and
+    FAILED_PRECONDITION (TensorFlow Serving's code) on TensorFlow Serving's API."""
+
+    serving_code = "FAILED_PRECONDITION"
+
+
 def encode_answer(answer: Mapping[str, Any]) -> bytes:
     """JSON bytes of a rendered answer: numpy arrays written directly, each float in the
     shortest form that reads back as the same value of its dtype; NaN and infinities as

@@ -1,17 +1,20 @@
-"""TensorFlow Serving's gRPC API: `tensorflow.serving.PredictionService` (Predict and
-GetModelMetadata) on DLAAS_SCORING_GRPC_PORT, beside the REST predictions.
+"""TensorFlow Serving's whole gRPC API on DLAAS_SCORING_GRPC_PORT, beside the REST
+predictions: `tensorflow.serving.PredictionService` (Predict, GetModelMetadata in
+`grpc_predict`; Classify, Regress, MultiInference in `grpc_inference`) and
+`tensorflow.serving.ModelService` (GetModelStatus).
 
-An unmodified TensorFlow Serving client (`PredictionServiceStub` and a `PredictRequest`)
-calls it: the model name is the deployment id, the signature is picked by name (default
-serving_default), the version by `model_spec.version` or `model_spec.version_label` (the
-default version without either; an unknown one is NOT_FOUND), and the tenant's API key
-travels as `authorization: Bearer <key>` metadata. It runs on the scoring app's event
-loop and scores through the same ScoringService as the REST route (the caller and
-deployment lookup, the rate limit, the batchers and model processes), so the numbers
-and the refusals are the same; a refusal is the gRPC status of its HTTP one
-(`status_code`) with the problem's detail, and a 429's Retry-After is trailing metadata
-(`retry-after`), as are `x-ratelimit-limit` and `x-ratelimit-remaining` on every
-answer. The requests are decoded without TensorFlow
+An unmodified TensorFlow Serving client (`PredictionServiceStub`, `ModelServiceStub` and
+their requests) calls it: the model name is the deployment's id or name, the version
+(`model_spec.version` or `.version_label`) is resolved by `versions.resolve_version`
+(NOT_FOUND for one the deployment lacks), the signature is picked by name (default
+serving_default; FAILED_PRECONDITION for one the model lacks) and the tenant's API key
+travels as `authorization: Bearer <key>` metadata. Answers carry the model spec (name,
+version, signature name). It runs on the scoring app's event loop and scores through the same
+ScoringService as the REST route (the caller and deployment lookup, the rate limit, the
+batchers and model processes), so the numbers and the refusals are the same; a refusal is
+the gRPC status of its HTTP one (`status_code`) with the problem's detail, and a 429's
+Retry-After is trailing metadata (`retry-after`), as are `x-ratelimit-limit` and
+`x-ratelimit-remaining` on every answer. The requests are decoded without TensorFlow
 (`tfs_protos`, `tensors`): a request is one or two copies of its bytes, where REST parses
 JSON numbers one by one, which costs more than the call of a small model.
 """
@@ -19,7 +22,7 @@ JSON numbers one by one, which costs more than the call of a small model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -27,14 +30,14 @@ from google.protobuf.message import DecodeError
 from grpc import aio
 
 from service.db.session import DATABASE_UNAVAILABLE
-from service.domain.signature import SignatureInfo, TensorInfo
 from service.errors import DlaasError
-from service.http.auth import key_of_header
 from service.http.limits import CallerCheck
 from service.http.problems import database_unavailable
 from service.scoring.arrays import InvalidPayload
+from service.scoring.grpc_common import status_code
 from service.scoring.grpc_gate import CallerGate
-from service.scoring.inputs import signature_of, tensors_request
+from service.scoring.grpc_inference import InferenceCalls
+from service.scoring.grpc_predict import ModelCalls
 from service.scoring.service import ScoringService
 from service.scoring.tensors import TensorCodec
 from service.scoring.tfs_protos import ServingMessages, serving_messages
@@ -43,174 +46,73 @@ from service.settings import Settings
 log = logging.getLogger("dlaas.scoring")
 
 SERVICE = "tensorflow.serving.PredictionService"
-SIGNATURE_DEF = "signature_def"
-# The method of every signature tf.saved_model.save exports (TensorFlow Serving's Predict).
-PREDICT_METHOD = "tensorflow/serving/predict"
-_SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
-
-# An HTTP problem's status as the gRPC status that means the same to a client.
-_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.FAILED_PRECONDITION,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    422: grpc.StatusCode.INVALID_ARGUMENT,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    502: grpc.StatusCode.INTERNAL,
-    503: grpc.StatusCode.UNAVAILABLE,
+MODEL_SERVICE = "tensorflow.serving.ModelService"
+# Each method: the request message's name in ServingMessages, the handler's name here.
+_PREDICTION_METHODS = {
+    "Predict": "PredictRequest",
+    "GetModelMetadata": "GetModelMetadataRequest",
+    "Classify": "ClassificationRequest",
+    "Regress": "RegressionRequest",
+    "MultiInference": "MultiInferenceRequest",
+}
+_MODEL_METHODS = {"GetModelStatus": "GetModelStatusRequest"}
+_RESPONSES = {
+    "Predict": "PredictResponse",
+    "GetModelMetadata": "GetModelMetadataResponse",
+    "Classify": "ClassificationResponse",
+    "Regress": "RegressionResponse",
+    "MultiInference": "MultiInferenceResponse",
+    "GetModelStatus": "GetModelStatusResponse",
 }
 
-
-def status_code(error: DlaasError) -> grpc.StatusCode:
-    if error.status in _CODES:
-        return _CODES[error.status]
-    return grpc.StatusCode.INTERNAL if error.status >= 500 else grpc.StatusCode.INVALID_ARGUMENT
-
-
-def _api_key(context: aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "authorization":
-            return key_of_header(value if isinstance(value, str) else value.decode())
-    return key_of_header("")
+Handler = Callable[[Any, aio.ServicerContext], Awaitable[Any]]
 
 
 class PredictionService:
-    """The handlers of `tensorflow.serving.PredictionService` over one ScoringService."""
+    """The handlers of `tensorflow.serving.PredictionService` and `.ModelService` over one
+    ScoringService: each parses its request (so a malformed one is INVALID_ARGUMENT
+    rather than the INTERNAL of a failing deserializer), calls its method
+    (`grpc_predict`, `grpc_inference`) and ends a refused call with its status."""
 
     def __init__(self, scoring: ScoringService, *, max_bytes: int) -> None:
         self.scoring = scoring
         self.messages: ServingMessages = serving_messages()
         self.codec = TensorCodec(self.messages.data_types, max_bytes=max_bytes)
+        models = ModelCalls(scoring, self.messages, self.codec)
+        inference = InferenceCalls(scoring, self.messages)
+        self._calls: dict[str, Handler] = {
+            "Predict": models.predict,
+            "GetModelMetadata": models.metadata,
+            "GetModelStatus": models.status,
+            "Classify": inference.classify,
+            "Regress": inference.regress,
+            "MultiInference": inference.multi_inference,
+        }
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        # Requests arrive as bytes and are parsed here, so a malformed one is
-        # INVALID_ARGUMENT rather than the INTERNAL of a failing deserializer.
-        m = self.messages
-        return grpc.method_handlers_generic_handler(
-            SERVICE,
-            {
-                "Predict": grpc.unary_unary_rpc_method_handler(
-                    self.predict, response_serializer=m.PredictResponse.SerializeToString
-                ),
-                "GetModelMetadata": grpc.unary_unary_rpc_method_handler(
-                    self.get_model_metadata,
-                    response_serializer=m.GetModelMetadataResponse.SerializeToString,
-                ),
-            },
-        )
+    def _method(self, name: str, request_message: str) -> grpc.RpcMethodHandler:
+        message = getattr(self.messages, request_message)
+        call = self._calls[name]
 
-    async def predict(self, body: bytes, context: aio.ServicerContext) -> Any:
-        try:
-            return await self._predict(_parse(self.messages.PredictRequest, body), context)
-        except BaseException as e:
-            await _refuse(context, e)
-            raise
+        async def handle(body: bytes, context: aio.ServicerContext) -> Any:
+            try:
+                return await call(_parse(message, body), context)
+            except BaseException as e:
+                await _refuse(context, e)
+                raise
 
-    async def get_model_metadata(self, body: bytes, context: aio.ServicerContext) -> Any:
-        try:
-            request = _parse(self.messages.GetModelMetadataRequest, body)
-            return await self._metadata(request, context)
-        except BaseException as e:
-            await _refuse(context, e)
-            raise
+        serializer = getattr(self.messages, _RESPONSES[name]).SerializeToString
+        return grpc.unary_unary_rpc_method_handler(handle, response_serializer=serializer)
 
-    async def _predict(self, request: Any, context: aio.ServicerContext) -> Any:
-        scoring = self.scoring
-        spec = request.model_spec
-        with scoring.arriving(spec.name) as arrived:
-            tenant, target = await scoring.caller(_api_key(context), spec.name, *_version(spec))
-            signature = signature_of(spec.signature_name, target.signatures)
-            wanted = self._outputs(signature, request.output_filter)
-            tensors = {}
-            for name, tensor in request.inputs.items():
-                info = signature.inputs.get(name)
-                if info is None:
-                    raise InvalidPayload(
-                        f"/inputs/{name}",
-                        f"is not an input of signature '{signature.name}' "
-                        f"({', '.join(signature.inputs)})",
-                    )
-                tensors[name] = self.codec.to_array(tensor, info, f"/inputs/{name}")
-            checked = tensors_request(signature, tensors)
-            outputs, decision = await scoring.score(tenant, checked, target, arrived)
-        response = self.messages.PredictResponse()
-        response.model_spec.name = target.id
-        response.model_spec.version.value = target.version
-        response.model_spec.signature_name = signature.name
-        for name in wanted or [n for n in signature.outputs if n in outputs] or sorted(outputs):
-            self.codec.to_proto(outputs[name], response.outputs[name])
-        context.set_trailing_metadata(
-            (
-                ("x-ratelimit-limit", str(decision.limit)),
-                ("x-ratelimit-remaining", str(decision.remaining)),
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        return [
+            grpc.method_handlers_generic_handler(
+                service, {name: self._method(name, request) for name, request in methods.items()}
             )
-        )
-        return response
-
-    @staticmethod
-    def _outputs(signature: SignatureInfo, output_filter: Sequence[str]) -> list[str]:
-        """The outputs a request's output_filter asks for (all when empty)."""
-        for name in output_filter:
-            if name not in signature.outputs:
-                raise InvalidPayload(
-                    "/output_filter",
-                    f"'{name}' is not an output of signature '{signature.name}' "
-                    f"({', '.join(signature.outputs)})",
-                )
-        return list(dict.fromkeys(output_filter))
-
-    async def _metadata(self, request: Any, context: aio.ServicerContext) -> Any:
-        # The caller first, as for Predict: a bad key is UNAUTHENTICATED whatever it asks.
-        spec = request.model_spec
-        _, target = await self.scoring.caller(_api_key(context), spec.name, *_version(spec))
-        fields = list(request.metadata_field)
-        if not fields:
-            raise InvalidPayload("/metadata_field", f"is empty; ask for '{SIGNATURE_DEF}'")
-        for field in fields:
-            if field != SIGNATURE_DEF:
-                raise InvalidPayload(
-                    "/metadata_field", f"'{field}' is not supported; ask for '{SIGNATURE_DEF}'"
-                )
-        m = self.messages
-        defs = m.SignatureDefMap()
-        for name, signature in sorted(target.signatures.items()):
-            signature_def = defs.signature_def[name]
-            signature_def.method_name = PREDICT_METHOD
-            for key, info in signature.inputs.items():
-                self._tensor_info(info, signature_def.inputs[key])
-            for key, info in signature.outputs.items():
-                self._tensor_info(info, signature_def.outputs[key])
-        response = m.GetModelMetadataResponse()
-        response.model_spec.name = target.id
-        response.model_spec.version.value = target.version
-        packed = response.metadata[SIGNATURE_DEF]
-        packed.type_url = _SIGNATURE_DEF_MAP_URL
-        packed.value = defs.SerializeToString()
-        return response
-
-    def _tensor_info(self, info: TensorInfo, into: Any) -> None:
-        """A signature's input or output as TensorFlow's TensorInfo: dtype and shape (-1
-        for a dimension of any size). The graph's tensor names are not kept, and clients
-        address inputs by their keys."""
-        into.dtype = self.codec.data_type(info.dtype)
-        if info.shape is None:
-            into.tensor_shape.unknown_rank = True
-            return
-        for size in info.shape:
-            into.tensor_shape.dim.add().size = -1 if size is None else size
-
-
-def _version(spec: Any) -> tuple[int | None, str | None]:
-    """The version a ModelSpec asks for: `version` or `version_label` (a oneof), or
-    neither (the default version)."""
-    chosen = spec.WhichOneof("version_choice")
-    if chosen == "version":
-        return int(spec.version.value), None
-    if chosen == "version_label":
-        return None, str(spec.version_label)
-    return None, None
+            for service, methods in (
+                (SERVICE, _PREDICTION_METHODS),
+                (MODEL_SERVICE, _MODEL_METHODS),
+            )
+        ]
 
 
 def _parse(message: Any, body: bytes) -> Any:
@@ -252,7 +154,7 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    server.add_generic_rpc_handlers((service.handler(),))
+    server.add_generic_rpc_handlers(service.handlers())
     address = f"{settings.scoring_grpc_host}:{settings.scoring_grpc_port}"
     try:
         port: int = server.add_insecure_port(address)
@@ -262,5 +164,9 @@ async def start_server(
             f"DLAAS_SCORING_GRPC_PORT): {e}"
         ) from e
     await server.start()
-    log.info("scoring: gRPC PredictionService on %s:%s", settings.scoring_grpc_host, port)
+    log.info(
+        "scoring: gRPC PredictionService and ModelService on %s:%s",
+        settings.scoring_grpc_host,
+        port,
+    )
     return server, port

@@ -30,6 +30,7 @@ from service.domain.deployments import SERVING_SIGNATURE
 from service.domain.signature import SignatureInfo
 from service.scoring.arrays import (
     InvalidPayload,
+    UnknownSignature,
     check_shape,
     encode_answer,
     json_ready,
@@ -167,7 +168,7 @@ def _signature(name: Any, signatures: Mapping[str, SignatureInfo]) -> SignatureI
         raise InvalidPayload("/signature_name", "must be a string")
     if name not in signatures:
         known = ", ".join(sorted(signatures)) or "none"
-        raise InvalidPayload("/signature_name", f"the model has no signature '{name}' ({known})")
+        raise UnknownSignature("/signature_name", f"the model has no signature '{name}' ({known})")
     return signatures[name]
 
 

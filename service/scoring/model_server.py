@@ -23,7 +23,9 @@ The conversation, on the first socket:
    "onnx", "onnx": {...}}`, what service.domain.onnx_rules needs to know of model.onnx;
 2. scoring service: `{"op": "load"}` (or it closes the sockets: the model is refused);
    model process: `{"op": "ready", "signatures": {...}}` once the model is loaded and its
-   `serving_default` called once with zeros, or `{"op": "failed", "error": "..."}`.
+   `serving_default` (a Predict signature) called once with zeros, or `{"op": "failed",
+   "error": "..."}`. Each signature carries its SignatureDef's `method_name` and, for each
+   input and output, the graph's `tensor_name` (read from saved_model.pb).
 
 Then on every socket, one call at a time each: `{"op": "call", "signature": name}` with
 the input arrays, answered `{"op": "result"}` with the output arrays or `{"op": "error",
@@ -288,13 +290,20 @@ def _node(node: Any, attrs: Sequence[str], *, inputs: bool) -> dict[str, Any]:
     }
 
 
-def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]]:
-    """What service.domain.model_ops checks, of every meta graph in saved_model.pb (the
-    file TensorFlow's loader reads first), parsed with TensorFlow's protocol buffers."""
+def _saved_model(model_dir: Path) -> Any:
+    """saved_model.pb (the file TensorFlow's loader reads first), parsed with TensorFlow's
+    protocol buffers."""
     _tensorflow()
     saved_model_pb2 = importlib.import_module("tensorflow.core.protobuf.saved_model_pb2")
     proto = saved_model_pb2.SavedModel()
     proto.ParseFromString((model_dir / "saved_model.pb").read_bytes())
+    return proto
+
+
+def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]]:
+    """What service.domain.model_ops checks, of every meta graph in saved_model.pb (the
+    file TensorFlow's loader reads first), parsed with TensorFlow's protocol buffers."""
+    proto = _saved_model(model_dir)
     graphs = []
     for meta in proto.meta_graphs:
         roots = [
@@ -319,21 +328,47 @@ def describe_graph(model_dir: Path, attrs: Sequence[str]) -> list[dict[str, Any]
     return graphs
 
 
-def _tensor_info(name: str, spec: Any) -> dict[str, Any]:
+PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+def signature_defs(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each SignatureDef of saved_model.pb's first meta graph (the one loaded): its
+    method_name and the graph's tensor name of each input and output key."""
+    proto = _saved_model(model_dir)
+    if not proto.meta_graphs:
+        return {}
+    return {
+        name: {
+            "method_name": sig.method_name or PREDICT_METHOD,
+            "inputs": {k: t.name for k, t in sig.inputs.items()},
+            "outputs": {k: t.name for k, t in sig.outputs.items()},
+        }
+        for name, sig in proto.meta_graphs[0].signature_def.items()
+    }
+
+
+def _tensor_info(name: str, spec: Any, tensor: str) -> dict[str, Any]:
     shape = None if spec.shape.rank is None else spec.shape.as_list()
-    return {"name": name, "dtype": spec.dtype.name, "shape": shape}
+    info = {"name": name, "dtype": spec.dtype.name, "shape": shape}
+    if tensor:
+        info["tensor_name"] = tensor
+    return info
 
 
-def _describe(name: str, function: Any) -> dict[str, Any]:
+def _describe(name: str, function: Any, definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The signature `name` as the scoring service keeps it: inputs and outputs (dtype,
+    shape, and the tensor names of its SignatureDef), and the SignatureDef's method."""
     args, kwargs = function.structured_input_signature
     if args:
         raise ValueError(f"signature '{name}' takes positional inputs; signatures name them")
     outputs = function.structured_outputs
     if not isinstance(outputs, Mapping):
         raise ValueError(f"signature '{name}' does not return named outputs")
+    ins, outs = definition.get("inputs", {}), definition.get("outputs", {})
     return {
-        "inputs": [_tensor_info(n, s) for n, s in sorted(kwargs.items())],
-        "outputs": [_tensor_info(n, s) for n, s in sorted(outputs.items())],
+        "method_name": definition.get("method_name", PREDICT_METHOD),
+        "inputs": [_tensor_info(n, s, ins.get(n, "")) for n, s in sorted(kwargs.items())],
+        "outputs": [_tensor_info(n, s, outs.get(n, "")) for n, s in sorted(outputs.items())],
     }
 
 
@@ -356,7 +391,10 @@ class Model:
         self._tf = _tensorflow()
         self._model = self._tf.saved_model.load(str(path))
         self._functions: dict[str, Any] = dict(self._model.signatures)
-        self.signatures = {n: _describe(n, f) for n, f in sorted(self._functions.items())}
+        definitions = signature_defs(path)
+        self.signatures = {
+            n: _describe(n, f, definitions.get(n, {})) for n, f in sorted(self._functions.items())
+        }
 
     def call(self, signature: str, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = self._tf
@@ -440,7 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         model = onnx.OnnxModel(args.model, InputRefused) if onnx is not None else Model(args.model)
-        if "serving_default" in model.signatures:
+        default = model.signatures.get("serving_default")
+        # Classify and Regress signatures take serialized tf.Examples, for which zeros are
+        # no instance: only Predict signatures (an ONNX model's one) are warmed up.
+        if default is not None and default["method_name"] == PREDICT_METHOD:
             model.warm_up("serving_default")
     except Exception as e:
         send(control, encode({"op": "failed", "error": _first_line(e)}))

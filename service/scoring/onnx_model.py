@@ -21,6 +21,8 @@ import numpy as np
 
 MODEL_FILE = "model.onnx"
 SIGNATURE = "serving_default"
+# The graph is called as TensorFlow Serving's Predict signatures are.
+PREDICT_METHOD = "tensorflow/serving/predict"
 
 
 def _onnx() -> Any:
@@ -40,7 +42,12 @@ def _dtype(elem_type: int) -> str:
 def _tensor(value_info: Any) -> dict[str, Any]:
     kind = value_info.type.WhichOneof("value")
     if kind != "tensor_type":
-        return {"name": value_info.name, "dtype": str(kind or "unknown"), "shape": None}
+        return {
+            "name": value_info.name,
+            "dtype": str(kind or "unknown"),
+            "shape": None,
+            "tensor_name": value_info.name,
+        }
     tensor = value_info.type.tensor_type
     shape = None
     if tensor.HasField("shape"):
@@ -48,7 +55,12 @@ def _tensor(value_info: Any) -> dict[str, Any]:
             d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value > 0 else None
             for d in tensor.shape.dim
         ]
-    return {"name": value_info.name, "dtype": _dtype(tensor.elem_type), "shape": shape}
+    return {
+        "name": value_info.name,
+        "dtype": _dtype(tensor.elem_type),
+        "shape": shape,
+        "tensor_name": value_info.name,
+    }
 
 
 def _graphs(graph: Any, where: str) -> Iterator[tuple[Any, str]]:
@@ -135,6 +147,7 @@ class OnnxModel:
             SIGNATURE: {
                 "inputs": sorted(described["inputs"], key=lambda t: t["name"]),
                 "outputs": sorted(described["outputs"], key=lambda t: t["name"]),
+                "method_name": PREDICT_METHOD,
             }
         }
 

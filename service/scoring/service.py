@@ -28,7 +28,7 @@ import numpy as np
 
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
-from service.deployments import scoring_target
+from service.deployments import scoring_target, serving_state
 from service.domain.deployments import (
     DEPLOYMENT_RULE,
     MODEL_MARKERS,
@@ -67,6 +67,8 @@ from service.ttlcache import TtlCache
 log = logging.getLogger("dlaas.scoring")
 
 _MAX_REASON = 600
+# `targets` keys of deployments asked for by name (ids never hold a colon).
+_NAMED = "name:"
 
 
 def _nothing() -> None:
@@ -327,7 +329,8 @@ class ScoringService:
 
     def forget(self, deployment_id: str, version: int | None = None) -> None:
         """Stop serving the deployment (every version, or one) in this process."""
-        self.targets.forget(lambda key: key[1] == deployment_id)
+        # Names are remembered apart from ids: every name is forgotten with any deployment.
+        self.targets.forget(lambda key: key[1] == deployment_id or key[1].startswith(_NAMED))
         self.cache.forget(deployment_id, version)
         with self._lock:
             self._preloaded = {
@@ -339,7 +342,7 @@ class ScoringService:
     def refresh(self, deployment_id: str) -> None:
         """Read the deployment's versions and labels again at its next request (a label
         moved, a version was added)."""
-        self.targets.forget(lambda key: key[1] == deployment_id)
+        self.targets.forget(lambda key: key[1] == deployment_id or key[1].startswith(_NAMED))
 
     # ---- predictions ----
 
@@ -366,30 +369,50 @@ class ScoringService:
         deployment_id: str,
         version: int | None = None,
         label: str | None = None,
+        *,
+        by_name: bool = False,
     ) -> tuple[TenantRef, ScoringTarget]:
-        """The tenant whose API key `key` is and its READY deployment `deployment_id`,
-        the target of the version the request asks for (`version`, `label`, or neither:
-        see service.scoring.versions.resolve_version): remembered (`targets`), or asked of
-        the database in a worker thread. Raises what the REST and gRPC answers both render
+        """The tenant whose API key `key` is and its READY deployment `deployment_id` (with
+        `by_name`, its id or its name, as TensorFlow Serving's clients name models), the
+        target of the version the request asks for (`version`, `label`, or neither: see
+        service.scoring.versions.resolve_version): remembered (`targets`), or asked of the
+        database in a worker thread. Raises what the REST and gRPC answers both render
         (401, 403, 404 also for an unknown version or label, 409)."""
         key_hash = hash_api_key(key)
         found = self.targets.get((key_hash, deployment_id))
+        if found is None and by_name:
+            found = self.targets.get((key_hash, _NAMED + deployment_id))
         if found is None:
-            found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id)
+            found = await asyncio.to_thread(self._authorize, key, key_hash, deployment_id, by_name)
         tenant, target = found
         if version is None and label is None:  # read for the default version
             return found
         return tenant, target.at(resolve_version(target, version, label))
 
     def _authorize(
-        self, key: str, key_hash: str, deployment_id: str
+        self, key: str, key_hash: str, deployment_id: str, by_name: bool = False
     ) -> tuple[TenantRef, ScoringTarget]:
         tenant = authenticate(self.platform, key)
         with self.platform.sessions() as session:
-            target = scoring_target(session, tenant, deployment_id)
+            target = scoring_target(session, tenant, deployment_id, by_name=by_name)
         found = (tenant, target)
         self.targets.put((key_hash, target.id), found)
+        if target.id != deployment_id:  # asked for by its name
+            self.targets.put((key_hash, _NAMED + deployment_id), found)
         return found
+
+    async def state_of(
+        self, key: str, name: str
+    ) -> tuple[ScoringTarget, DeploymentState, str | None]:
+        """The caller's deployment `name` (id or name) in any state, its state and status
+        message (a model status request; never remembered, so a change shows at once)."""
+
+        def look() -> tuple[ScoringTarget, DeploymentState, str | None]:
+            tenant = authenticate(self.platform, key)
+            with self.platform.sessions() as session:
+                return serving_state(session, tenant, name)
+
+        return await asyncio.to_thread(look)
 
     async def predict(
         self,

@@ -29,6 +29,10 @@ from google.protobuf import descriptor_pool, message_factory
 _ROOTS = (
     "tensorflow_serving/apis/predict.proto",
     "tensorflow_serving/apis/get_model_metadata.proto",
+    "tensorflow_serving/apis/classification.proto",
+    "tensorflow_serving/apis/regression.proto",
+    "tensorflow_serving/apis/inference.proto",
+    "tensorflow_serving/apis/get_model_status.proto",
 )
 INSTALL_HINT = (
     "the scoring gRPC API needs the tensorflow-serving-api package, installed without its "
@@ -43,8 +47,9 @@ class ProtosMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class ServingMessages:
-    """The message classes of TensorFlow Serving's PredictionService, and DataType's
-    values by name (DT_FLOAT, ...)."""
+    """The message classes of TensorFlow Serving's PredictionService and ModelService (and
+    tf.Example, which Classify and Regress take), and DataType's values by name
+    (DT_FLOAT, ...)."""
 
     PredictRequest: Any
     PredictResponse: Any
@@ -52,12 +57,28 @@ class ServingMessages:
     GetModelMetadataResponse: Any
     SignatureDefMap: Any
     TensorProto: Any
+    ClassificationRequest: Any
+    ClassificationResponse: Any
+    RegressionRequest: Any
+    RegressionResponse: Any
+    MultiInferenceRequest: Any
+    MultiInferenceResponse: Any
+    GetModelStatusRequest: Any
+    GetModelStatusResponse: Any
+    Example: Any
     data_types: dict[str, int]
+
+
+# .proto files whose generated modules TensorFlow installs under another package.
+_MOVED = {"xla/": "tensorflow/compiler/xla/"}
 
 
 def _generated_file(proto: str) -> Path:
     """The installed `*_pb2.py` generated from `proto` (a path such as
     tensorflow/core/framework/tensor.proto), found without importing its package."""
+    for prefix, moved in _MOVED.items():
+        if proto.startswith(prefix):
+            proto = moved + proto.removeprefix(prefix)
     top, _, rest = proto.partition("/")
     spec = importlib.util.find_spec(top)  # a top-level name: its package is not run
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
@@ -118,5 +139,14 @@ def serving_messages() -> ServingMessages:
         GetModelMetadataResponse=message("tensorflow.serving.GetModelMetadataResponse"),
         SignatureDefMap=message("tensorflow.serving.SignatureDefMap"),
         TensorProto=message("tensorflow.TensorProto"),
+        ClassificationRequest=message("tensorflow.serving.ClassificationRequest"),
+        ClassificationResponse=message("tensorflow.serving.ClassificationResponse"),
+        RegressionRequest=message("tensorflow.serving.RegressionRequest"),
+        RegressionResponse=message("tensorflow.serving.RegressionResponse"),
+        MultiInferenceRequest=message("tensorflow.serving.MultiInferenceRequest"),
+        MultiInferenceResponse=message("tensorflow.serving.MultiInferenceResponse"),
+        GetModelStatusRequest=message("tensorflow.serving.GetModelStatusRequest"),
+        GetModelStatusResponse=message("tensorflow.serving.GetModelStatusResponse"),
+        Example=message("tensorflow.Example"),
         data_types={value.name: value.number for value in data_type.values},
     )

@@ -137,23 +137,24 @@ def test_contract(case: Case, served: Served) -> None:
 
 
 def test_every_refusal_is_documented_as_problem_json() -> None:
-    """Each operation lists its 4xx as application/problem+json with the Problem schema,
-    and FastAPI's HTTPValidationError, a shape the API never sends, is gone."""
+    """Each operation lists its 4xx as application/problem+json with the Problem schema
+    (TensorFlow Serving's paths, /v1/models/..., as its `{"error"}` body), and FastAPI's
+    HTTPValidationError, a shape the API never sends, is gone."""
     document = _document()
     assert "HTTPValidationError" not in document["components"]["schemas"]
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    serving = {"application/json": {"schema": {"$ref": "#/components/schemas/ServingError"}}}
+    assert document["components"]["schemas"]["ServingError"]["required"] == ["error"]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
             codes = {int(c) for c in operation["responses"] if c.isdigit()}
             if path not in ("/healthz", "/readyz"):
                 assert {400, 401, 403, 404, 422} <= codes, (method, path)
+            expected = serving if path.startswith("/v1/models/") else problem
             for code in codes:
                 if code >= 400:
                     content = operation["responses"][str(code)]["content"]
-                    assert content == {
-                        "application/problem+json": {
-                            "schema": {"$ref": "#/components/schemas/Problem"}
-                        }
-                    }, (method, path, code)
+                    assert content == expected, (method, path, code)
 
 
 def test_a_method_not_allowed_names_every_method_of_the_path(served: Served) -> None:

@@ -217,12 +217,15 @@ def test_refusals_are_grpc_status_codes_with_the_problems_detail(
         (request(d, x=X[:, :1]), "/inputs/x: has shape [5, 1]; x expects float32 [None, 2]"),
         (request(d, x=X, w=X), "/inputs/w: is not an input of signature 'serving_default'"),
         (request(d), "/inputs/x: is required"),
-        (request(d, "nope", x=X), "/signature_name: the model has no signature 'nope'"),
     ]
     for bad, detail in cases:
         error = refusal(served.stub.Predict, bad, metadata=auth(tenant))
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
         assert error.details().startswith(detail), error.details()
+    # An unknown signature is FAILED_PRECONDITION, TensorFlow Serving's code.
+    error = refusal(served.stub.Predict, request(d, "nope", x=X), metadata=auth(tenant))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert error.details().startswith("/signature_name: the model has no signature 'nope'")
     short = request(d, x=X)
     short.inputs["x"].tensor_content = short.inputs["x"].tensor_content[:-4]
     error = refusal(served.stub.Predict, short, metadata=auth(tenant))
@@ -241,7 +244,7 @@ def test_a_database_that_cannot_serve_is_unavailable(
 
     import service.scoring.service as scoring_service
 
-    def down(*args: object) -> object:
+    def down(*args: object, **kwargs: object) -> object:
         raise OperationalError("SELECT", {}, Exception("the database system is shutting down"))
 
     tenant = create_tenant(served.client, "acme")

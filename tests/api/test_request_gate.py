@@ -152,7 +152,7 @@ def test_a_prediction_the_database_cannot_serve_is_a_503_problem(
 
     import service.scoring.service as scoring_service
 
-    def down(*args: object) -> object:
+    def down(*args: object, **kwargs: object) -> object:
         raise OperationalError("SELECT", {}, Exception("the database system is shutting down"))
 
     monkeypatch.setattr(scoring_service, "scoring_target", down)

@@ -58,7 +58,7 @@ ALLOWED: dict[str, str] = {
     "service/scoring/cache.py::fetch_tree": "writes a model into the scoring cache dir",
     "service/scoring/cache.py::upload_tree": "uploads a model from the scoring cache dir",
     "service/scoring/cache.py::has_model": "the model's marker in the scoring cache dir",
-    "service/scoring/model_server.py::describe_graph": "saved_model.pb in the scoring cache dir",
+    "service/scoring/model_server.py::_saved_model": "saved_model.pb in the scoring cache dir",
     "service/scoring/model_server.py::main": "model.onnx in the scoring cache dir's copy",
     "service/scoring/tfs_protos.py::serialized_descriptor": "the installed TF Serving protos",
     # Archives: the platform's own spooled copy of the code archive.

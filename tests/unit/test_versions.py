@@ -121,8 +121,10 @@ def test_unknown_version_is_a_404() -> None:
     with pytest.raises(UnknownVersion) as info:
         versions.resolve("d1", {1: R}, {}, 3, None)
     assert info.value.status == 404
-    assert info.value.detail == "deployment d1 has no version 3"
+    # In TensorFlow Serving's words (its clients show them), the field in the platform's.
+    assert info.value.detail == "Servable not found for request: Specific(d1, 3)"
     assert info.value.errors[0].field == "version"
+    assert info.value.errors[0].message == "deployment d1 has no version 3"
 
 
 def test_resolve_version_reads_the_target() -> None:
