@@ -93,9 +93,9 @@ REJECTED = [
     ),
     Case(
         "unknown-framework",
-        base(framework={"name": "pytorch"}),
+        base(framework={"name": "caffe"}),
         "/framework/name",
-        "supported: tensorflow, tensorflow-ddl, tensorflow-horovod",
+        "supported: pytorch, pytorch-ddl, tensorflow, tensorflow-ddl, tensorflow-horovod",
     ),
     Case(
         "unknown-version",

@@ -28,7 +28,10 @@ HOROVOD_FILE = runtimes.DEFINITIONS / "horovod-tf2.14.txt"
         ("tensorflow-horovod", "2.21", "horovod-tf2.14"),
         ("tensorflow-ddl", "1.5", "ddl-tf2.14"),
         ("tensorflow-ddl", "2.21", "ddl-tf2.14"),
-        ("pytorch", "2.0", "platform"),  # no longer in the catalog
+        ("pytorch", "2.13", "pytorch2.13"),
+        ("pytorch-ddl", "2.13", "pytorch2.13"),
+        ("pytorch", "2.0", "platform"),  # a version not offered (an operator's old catalog)
+        ("caffe", "1.0", "platform"),  # no longer in the catalog
     ],
 )
 def test_each_catalog_version_names_its_runtime(framework: str, version: str, runtime: str) -> None:
