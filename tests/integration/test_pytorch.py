@@ -1,0 +1,130 @@
+"""PyTorch through the platform on the local backend, in the runtime pytorch2.13: a
+2-learner DistributedDataParallel training (examples/pytorch-ddp, every learner's torchrun
+on a static rendezvous, Gloo) whose ranks end with identical parameters; the same recipe
+with the open DDL's PyTorch API under mpirun (examples/pytorch-ddl, all_reduce_n checked
+against MPI_Allreduce); and a training killed mid-run that resumes from its checkpoint on
+its second attempt, its torch.utils.tensorboard scalars read as metrics."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.runtimes import RuntimeInfo
+from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
+from tests.integration.test_retries import kill_learner, wait_for_log
+from tests.integration.test_training_lifecycle import cluster_settings
+
+pytestmark = pytest.mark.integration
+
+DDP = EXAMPLES / "pytorch-ddp"
+DDL = EXAMPLES / "pytorch-ddl"
+ENDED = {"COMPLETED", "FAILED", "HALTED"}
+
+
+@pytest.fixture
+def live(tmp_path: Path, database_url: str, pytorch_runtime: RuntimeInfo) -> Iterator[LivePlatform]:
+    with live_platform(tmp_path / "home", database_url, **cluster_settings(database_url)) as p:
+        yield p
+
+
+def manifest(framework: str, command: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": framework,
+        "framework": {"name": framework, "version": "2.13", "command": command},
+        "compute_configuration": {"name": "P100", "nodes": 2},
+        **extra,
+    }
+
+
+def digests(log: str) -> dict[int, str]:
+    """Each rank's parameter digest, as the examples print it."""
+    return {
+        int(rank): digest
+        for rank, digest in re.findall(r"rank=(\d+) world_size=2 .*?param_digest=(\w+)", log)
+    }
+
+
+def test_the_runtime_provides_cpu_torch_and_the_ddl_for_pytorch(
+    pytorch_runtime: RuntimeInfo,
+) -> None:
+    provides = pytorch_runtime.provides
+    assert provides["torch"] == "2.13.0+cpu" and provides["torch_build"] == "cpu"
+    assert provides["ddl"] == "0.1.0" and provides["mpi"].startswith("mpirun (Open MPI) 5.")
+
+
+def test_a_two_learner_ddp_training_ends_with_identical_parameters(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest(
+            "pytorch",
+            "python train.py --epochs 3",
+            evaluation_metrics=[{"name": "loss", "regex": r"loss=([0-9.eE+-]+)"}],
+        ),
+        DDP,
+    )
+    done = live.wait_for(t["id"], ENDED, timeout=600)
+    log = live.logs(t["id"])
+    assert done["status"] == "COMPLETED", (done, log[-4000:])
+    # One process per learner, two ranks: learner 1's is rank 0, learner 2's rank 1.
+    found = digests(log)
+    assert set(found) == {0, 1}, log[-4000:]
+    assert found[0] == found[1]
+    assert re.search(r"\[learner 1\] rank=0 world_size=2", log)
+    assert re.search(r"\[learner 2\] rank=1 world_size=2", log)
+    # Both learners' losses are metrics; the ONNX model is in the results.
+    metrics = live.client.get(f"/v1/trainings/{t['id']}/metrics", headers=live.headers).json()
+    assert {p["learner"] for p in metrics["loss"]} == {1, 2}
+    assert len(metrics["loss"]) == 6
+    results = live.results(t["id"])
+    onnx = results["model/model.onnx"]
+    assert onnx.startswith(b"\x08") and len(onnx) > 1000  # a ModelProto: ir_version first
+    assert [lr["status"] for lr in done["learners"]] == ["COMPLETED", "COMPLETED"]
+
+
+def test_a_pytorch_ddl_training_agrees_with_mpi(live: LivePlatform) -> None:
+    t = live.submit(manifest("pytorch-ddl", "python train.py --epochs 3 --check 1e-6"), DDL)
+    done = live.wait_for(t["id"], ENDED, timeout=600)
+    log = live.logs(t["id"])
+    assert done["status"] == "COMPLETED", (done, log[-4000:])
+    for rank in (0, 1):
+        assert f"rank={rank} all_reduce_n agrees with MPI_Allreduce (check=1e-06)" in log
+    found = digests(log)
+    assert set(found) == {0, 1} and found[0] == found[1], log[-4000:]
+    assert "backend=gloo" in log
+    assert "model/weights.pt" in live.results(t["id"])
+
+
+def test_a_killed_pytorch_training_resumes_from_its_checkpoint(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest(
+            "pytorch",
+            # A first attempt waits after epoch 2's checkpoint, as a node lost then would.
+            "python train.py --epochs 4 --hang-after 2 --onnx-exporter torchscript",
+            retry_policy={"max_retries": 1, "retry_on_lost": True},
+            evaluation_metrics={"type": "tensorboard"},
+        ),
+        DDP,
+    )
+    wait_for_log(live, t["id"], r"\[learner 2\] rank=1 checkpointed epoch 2", timeout=300)
+    kill_learner(live, t["id"], 2)
+
+    done = live.wait_for(t["id"], ENDED, timeout=600)
+    log = live.logs(t["id"])
+    assert done["status"] == "COMPLETED", (done, log[-4000:])
+    assert done["attempt"] == 2
+    assert "[learner 2] [dlaas] attempt 1 of 2 failed" in log
+    # Both ranks resumed from the epoch they had reached, and went on from there.
+    assert "[learner 1] rank=0 resumed from checkpoint epoch 2" in log
+    assert "[learner 2] rank=1 resumed from checkpoint epoch 2" in log
+    assert log.count("[learner 2] rank=1 epoch=1 ") == 1
+    assert "[learner 2] rank=1 epoch=3 " in log
+    found = digests(log)
+    assert set(found) == {0, 1} and found[0] == found[1]
+    # torch.utils.tensorboard's scalars (learner 1's LOG_DIR) are the training's metrics.
+    metrics = live.client.get(f"/v1/trainings/{t['id']}/metrics", headers=live.headers).json()
+    assert {p["step"] for p in metrics["loss"]} >= {3, 4}
+    assert {p["learner"] for p in metrics["loss"]} == {1, 2}
