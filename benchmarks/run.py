@@ -32,6 +32,7 @@ BENCHMARKS = [
     "noisy_neighbour",
     "scoring",
     "ddl_allreduce",
+    "pytorch_ddp",
     "k8s",
 ]
 
