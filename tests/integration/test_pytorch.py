@@ -17,7 +17,7 @@ import pytest
 from service.runtimes import RuntimeInfo
 from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
 from tests.integration.test_retries import kill_learner, wait_for_log
-from tests.integration.test_training_lifecycle import cluster_settings
+from tests.integration.test_training_lifecycle import cluster_settings, wait_no_processes
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +128,17 @@ def test_a_killed_pytorch_training_resumes_from_its_checkpoint(live: LivePlatfor
     metrics = live.client.get(f"/v1/trainings/{t['id']}/metrics", headers=live.headers).json()
     assert {p["step"] for p in metrics["loss"]} >= {3, 4}
     assert {p["learner"] for p in metrics["loss"]} == {1, 2}
+    # torchrun starts its processes in sessions of their own: none is left behind.
+    assert wait_no_processes(t["id"]) == []
+
+
+def test_a_stopped_pytorch_training_halts_and_leaves_no_process(live: LivePlatform) -> None:
+    t = live.submit(
+        manifest("pytorch", "python train.py --epochs 100 --epoch-seconds 5 --samples 256"), DDP
+    )
+    wait_for_log(live, t["id"], r"\[learner 2\] rank=1 epoch=1 ", timeout=300)
+    r = live.client.post(f"/v1/trainings/{t['id']}/stop", headers=live.headers)
+    assert r.status_code == 202
+    done = live.wait_for(t["id"], ENDED, timeout=60)
+    assert done["status"] == "HALTED", done
+    assert wait_no_processes(t["id"]) == []
