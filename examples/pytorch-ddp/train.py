@@ -13,7 +13,8 @@ into CHECKPOINT_DIR after every epoch and resumes from the last one it finds (th
 restores CHECKPOINT_DIR before a retried attempt), prints a digest of its parameters at
 the end (identical on every rank: DDP keeps the replicas in step) and, on rank 0, exports
 the model as ONNX to RESULT_DIR/model/model.onnx (input `features`, output `logits`, a
-symbolic batch dimension).
+symbolic batch dimension, the weights inside the file: torch.export's exporter, or with
+`--onnx-exporter torchscript` the older TorchScript one, which takes a second).
 
     python train.py --epochs 5           # one process, as it always ran
     torchrun --nproc_per_node=2 train.py # two, on one machine
@@ -177,6 +178,8 @@ def main() -> None:
                 output_names=["logits"],
                 dynamic_shapes=({0: torch.export.Dim("batch")},),
                 dynamo=True,
+                # The weights inside model.onnx: one file, nothing beside it to deploy.
+                external_data=False,
             )
         else:
             torch.onnx.export(

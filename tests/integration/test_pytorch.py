@@ -8,6 +8,7 @@ its second attempt, its torch.utils.tensorboard scalars read as metrics."""
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def test_the_runtime_provides_cpu_torch_and_the_ddl_for_pytorch(
     assert provides["ddl"] == "0.1.0" and provides["mpi"].startswith("mpirun (Open MPI) 5.")
 
 
-def test_a_two_learner_ddp_training_ends_with_identical_parameters(live: LivePlatform) -> None:
+def test_a_two_learner_ddp_training_ends_with_identical_parameters(
+    live: LivePlatform, pytorch_runtime: RuntimeInfo, tmp_path: Path
+) -> None:
     t = live.submit(
         manifest(
             "pytorch",
@@ -82,6 +85,24 @@ def test_a_two_learner_ddp_training_ends_with_identical_parameters(live: LivePla
     results = live.results(t["id"])
     onnx = results["model/model.onnx"]
     assert onnx.startswith(b"\x08") and len(onnx) > 1000  # a ModelProto: ir_version first
+    # One file: the weights are inside it, no external data beside it.
+    assert [k for k in results if k.startswith("model/")] == ["model/model.onnx"]
+    # A valid model, its input named with a symbolic batch dimension (ONNX's own checker).
+    (tmp_path / "model.onnx").write_bytes(onnx)
+    check = (
+        "import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m); "
+        "i = m.graph.input[0]; print(i.name, [d.dim_param or d.dim_value "
+        "for d in i.type.tensor_type.shape.dim], m.graph.output[0].name)"
+    )
+    shown = subprocess.run(
+        [pytorch_runtime.python, "-c", check, str(tmp_path / "model.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd="/",
+    ).stdout.split()
+    assert shown == ["features", "['batch',", "16]", "logits"], shown
     assert [lr["status"] for lr in done["learners"]] == ["COMPLETED", "COMPLETED"]
 
 
