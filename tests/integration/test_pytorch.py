@@ -163,3 +163,22 @@ def test_a_stopped_pytorch_training_halts_and_leaves_no_process(live: LivePlatfo
     done = live.wait_for(t["id"], ENDED, timeout=60)
     assert done["status"] == "HALTED", done
     assert wait_no_processes(t["id"]) == []
+
+
+def test_without_learner_namespaces_the_rendezvous_is_learner_1s_loopback_port(
+    tmp_path: Path, pytorch_runtime: RuntimeInfo
+) -> None:
+    """Where learners cannot have namespaces of their own they share 127.0.0.1: learner 1's
+    torchrun serves the rendezvous on its own port there, and the training still runs."""
+    with live_platform(
+        tmp_path / "home", f"sqlite:///{tmp_path / 'dlaas.db'}", DLAAS_LOCAL_NAMESPACES="false"
+    ) as live:
+        t = live.submit(
+            manifest("pytorch", "python train.py --epochs 1 --onnx-exporter torchscript"), DDP
+        )
+        done = live.wait_for(t["id"], ENDED, timeout=600)
+        log = live.logs(t["id"])
+        assert done["status"] == "COMPLETED", (done, log[-4000:])
+        assert "learner namespaces are unavailable here" in (done["status_message"] or "")
+        found = digests(log)
+        assert set(found) == {0, 1} and found[0] == found[1]
