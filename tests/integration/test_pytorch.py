@@ -3,10 +3,13 @@
 on a static rendezvous, Gloo) whose ranks end with identical parameters; the same recipe
 with the open DDL's PyTorch API under mpirun (examples/pytorch-ddl, all_reduce_n checked
 against MPI_Allreduce); and a training killed mid-run that resumes from its checkpoint on
-its second attempt, its torch.utils.tensorboard scalars read as metrics."""
+its second attempt, its torch.utils.tensorboard scalars read as metrics. Every collective of
+the open DDL for PyTorch is checked against numpy under mpirun (ddl_ranks/check_ddl_torch.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from tests.integration.test_training_lifecycle import cluster_settings, wait_no_
 
 pytestmark = pytest.mark.integration
 
+CHECK = Path(__file__).parent / "ddl_ranks" / "check_ddl_torch.py"
 DDP = EXAMPLES / "pytorch-ddp"
 DDL = EXAMPLES / "pytorch-ddl"
 ENDED = {"COMPLETED", "FAILED", "HALTED"}
@@ -56,6 +60,67 @@ def test_the_runtime_provides_cpu_torch_and_the_ddl_for_pytorch(
     provides = pytorch_runtime.provides
     assert provides["torch"] == "2.13.0+cpu" and provides["torch_build"] == "cpu"
     assert provides["ddl"] == "0.1.0" and provides["mpi"].startswith("mpirun (Open MPI) 5.")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_ddl_for_pytorch_equals_numpy_references(
+    pytorch_runtime: RuntimeInfo, ranks: int
+) -> None:
+    """Every collective of the open DDL's PyTorch API under mpirun (oversubscribed here):
+    all_reduce_n (sum, avg, mixed dtypes and shapes, the MPI baseline, `check` passing on a
+    right result and catching a wrong one on rank 0 alone), bcast, broadcast_parameters,
+    DistributedOptimizer."""
+    bindir = Path(pytorch_runtime.python).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OMPI_"))}
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+    done = subprocess.run(
+        [
+            str(bindir / "mpirun"),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            str(ranks),
+            pytorch_runtime.python,
+            str(CHECK),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
+        cwd="/",
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    for rank in range(ranks):
+        assert f"rank={rank} ok" in out, out[-4000:]
+    assert out.count("detected: all_reduce_n differs from MPI_Allreduce") == 1, out[-4000:]
+    assert "rank=0 detected" in out
+    seen = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert sorted(s["rank"] for s in seen) == list(range(ranks))
+    assert {(s["size"], s["local_size"], s["backend"]) for s in seen} == {(ranks, ranks, "gloo")}
+
+
+def test_without_mpirun_the_ddl_for_pytorch_is_rank_0_of_1(
+    pytorch_runtime: RuntimeInfo, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [
+            pytorch_runtime.python,
+            "-c",
+            "import ddl, torch; "
+            "s = ddl.all_reduce_n([torch.tensor([1.5, 2.0])], op='sum', check=1e-6)[0]; "
+            "print(ddl.rank(), ddl.size(), ddl.local_size(), s.tolist())",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-2] == "0 1 1 [1.5, 2.0]", done.stdout
 
 
 def test_a_two_learner_ddp_training_ends_with_identical_parameters(
