@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from service import runtimes
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.test_backend import CLUSTER, PREFIX, SELECTOR, request
 from tests.k8s.test_network_policy import EGRESS, raw_policies
@@ -77,6 +78,11 @@ def test_a_pytorch_trainings_pods_run_torchrun_with_the_rendezvous_and_its_port(
         env = {e.name: e.value for e in learner.env}
         assert (env["LEARNER_ID"], env["NUM_LEARNERS"]) == (str(i), "2")
         assert env["LEARNER_NAME_PREFIX"] == PREFIX
+        # torchrun and python are the runtime's, from its place in the learner image.
+        prefix = runtimes.in_learner_image("pytorch2.13")
+        assert prefix is not None and prefix.prefix.startswith("/opt/dlaas/runtimes/pytorch2.13-")
+        assert env["PATH"].startswith(f"{prefix.prefix}/bin:/opt/dlaas/venv/bin:")
+        assert env["LD_LIBRARY_PATH"] == f"{prefix.prefix}/lib"
         # Every learner is primary: the training completes when every torchrun exited 0.
         assert pod.metadata.labels["dlaas.io/primary"] == "true"
         assert pod.metadata.labels["dlaas.io/role"] == "worker"

@@ -53,6 +53,9 @@ _PLATFORM_RESOURCES = {
 }
 # What the agent sidecar requests beside each learner container (capacity counts it).
 SIDECAR_REQUESTS = _PLATFORM_RESOURCES["requests"]
+# The learner images' own PATH (docker/learner-*.Dockerfile: the platform's environment
+# first); a runtime's environment goes before it in the learner container.
+IMAGE_PATH = "/opt/dlaas/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,10 @@ class TrainingObjectsInput:
     attempt: int = 1
     ssh: SshKeyPair | None = None
     stop_grace_seconds: int = 30
+    # Where the runtime's environment lies in its learner image (runtimes.in_learner_image);
+    # None for the platform's. Its bin/ (python, torchrun, mpirun) comes first on the
+    # learner's PATH, its lib/ (its own libmpi) on LD_LIBRARY_PATH, as on one machine.
+    runtime_prefix: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -324,6 +331,9 @@ def _learner_container(
             if other.learner_id != lp.learner_id
         )
     env = learner_env(lp)
+    if inp.runtime_prefix:
+        env["PATH"] = f"{inp.runtime_prefix}/bin:{IMAGE_PATH}"
+        env["LD_LIBRARY_PATH"] = f"{inp.runtime_prefix}/lib"
     mounts = [
         _mount("work", layout.WORK_DIR),
         _mount("io", layout.IO_DIR),
