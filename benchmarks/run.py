@@ -33,6 +33,7 @@ BENCHMARKS = [
     "scoring",
     "scoring_onnx",
     "ddl_allreduce",
+    "pytorch_ddp",
     "k8s",
 ]
 

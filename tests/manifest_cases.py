@@ -93,9 +93,9 @@ REJECTED = [
     ),
     Case(
         "unknown-framework",
-        base(framework={"name": "pytorch"}),
+        base(framework={"name": "caffe"}),
         "/framework/name",
-        "supported: tensorflow, tensorflow-ddl, tensorflow-horovod",
+        "supported: pytorch, pytorch-ddl, tensorflow, tensorflow-ddl, tensorflow-horovod",
     ),
     Case(
         "unknown-version",
@@ -301,6 +301,21 @@ REJECTED = [
         "does not support distributed",
     ),
     Case(
+        "pytorch-ddl-single-node",
+        base(framework={"name": "pytorch-ddl", "version": "2.13"}),
+        "/compute_configuration/nodes",
+        "pytorch-ddl is distributed: nodes must be > 1",
+    ),
+    Case(
+        "pytorch-parameter-servers",
+        base(
+            framework={"name": "pytorch", "version": "2.13", "parameter_servers": 1},
+            compute_configuration={"nodes": 2},
+        ),
+        "/framework/parameter_servers",
+        "applies only to tensorflow trainings",
+    ),
+    Case(
         "seed-nodes-zero",
         seed(COMPUTE_CONFIGURATION={"name": "P100", "nodes": 0}),
         "/COMPUTE_CONFIGURATION/nodes",
@@ -349,6 +364,21 @@ ACCEPTED = [
         "standard",
     ),
     ("seed-flat-keys", seed(), "standard"),
+    (
+        "seed-flat-keys-pytorch",
+        seed(
+            FRAMEWORK_NAME="pytorch", FRAMEWORK_VERSION="2.13", EXECUTION_COMMAND="python train.py"
+        ),
+        "standard",
+    ),
+    ("pytorch-single", base(framework={"name": "pytorch", "version": "2.13"}), "lite"),
+    (
+        "pytorch-ddl",
+        base(
+            framework={"name": "pytorch-ddl", "version": 2.13}, compute_configuration={"nodes": 2}
+        ),
+        "standard",
+    ),
     (
         "metrics-and-runtime",
         base(

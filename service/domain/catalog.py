@@ -29,8 +29,10 @@ class FrameworkSpec(_Frozen):
     """A framework users can name in a manifest."""
 
     versions: tuple[str, ...] = Field(min_length=1)
-    # "parameter_server": gRPC cluster (TF_CONFIG); "mpi": one rank per GPU under mpirun.
-    distribution: Literal["parameter_server", "mpi"]
+    # "parameter_server": gRPC cluster (TF_CONFIG); "mpi": one rank per GPU under mpirun;
+    # "torchrun": every learner runs torchrun (one process per GPU), a static rendezvous on
+    # learner 1, and the training completes when every learner's torchrun exited 0.
+    distribution: Literal["parameter_server", "mpi", "torchrun"]
     # MPI frameworks exist to distribute: a single-node job is refused.
     requires_multiple_nodes: bool = False
     # Its trainings leave native TensorFlow models, the only ones deployed for online
@@ -198,6 +200,12 @@ HOROVOD_RUNTIME = "horovod-tf2.14"
 _HOROVOD = dict.fromkeys(TENSORFLOW_VERSIONS, HOROVOD_RUNTIME)
 DDL_RUNTIME = "ddl-tf2.14"
 _DDL = dict.fromkeys(TENSORFLOW_VERSIONS, DDL_RUNTIME)
+# PyTorch 2.13 (CPU) runs in runtimes/pytorch2.13.txt, with the open DDL's PyTorch API
+# (runtimes/packages/ddl-torch) for pytorch-ddl. No pytorch-horovod: Horovod 0.28.1 does not
+# build against torch 2.13 (README, PyTorch).
+PYTORCH_VERSIONS = ("2.13",)
+PYTORCH_RUNTIME = "pytorch2.13"
+_PYTORCH = dict.fromkeys(PYTORCH_VERSIONS, PYTORCH_RUNTIME)
 
 # The label NVIDIA's GPU feature discovery puts on each GPU node, and its values for the
 # seed documents' cards; GPU nodes are commonly tainted nvidia.com/gpu (NoSchedule), which
@@ -234,6 +242,19 @@ DEFAULT_CATALOG = Catalog(
             requires_multiple_nodes=True,
             native_tensorflow=True,
             runtimes=_HOROVOD,
+        ),
+        "pytorch": FrameworkSpec(
+            versions=PYTORCH_VERSIONS,
+            distribution="torchrun",
+            native_tensorflow=False,
+            runtimes=_PYTORCH,
+        ),
+        "pytorch-ddl": FrameworkSpec(
+            versions=PYTORCH_VERSIONS,
+            distribution="mpi",
+            requires_multiple_nodes=True,
+            native_tensorflow=False,
+            runtimes=_PYTORCH,
         ),
     },
     compute_configurations={

@@ -3,7 +3,8 @@
 Gang semantics: all learners must progress; one learner failing (exiting non-zero, lost,
 or stopped) fails the training and stops the others. A learner that exits 0 is never a
 failure. The training completes when every *primary* learner has exited 0 (the only
-learner; the workers of a parameter-server training; the MPI launcher); the others
+learner; the workers of a parameter-server training; the MPI launcher; every learner's
+torchrun of a PyTorch training); the others
 (parameter servers, MPI hosts) usually never exit on their own and are stopped then. A
 secondary learner that exits 0 before that is recorded (COMPLETED) and does not fail it.
 """

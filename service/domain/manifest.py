@@ -36,7 +36,9 @@ class _Strict(BaseModel):
 
 
 class Framework(_Strict):
-    name: str = Field(description="tensorflow | tensorflow-ddl | tensorflow-horovod")
+    name: str = Field(
+        description="tensorflow | tensorflow-ddl | tensorflow-horovod | pytorch | pytorch-ddl"
+    )
     version: str = Field(description='Framework version from the catalog, e.g. "1.5".')
     command: str = Field(description="Command run in the code directory of every learner.")
     parameter_servers: int | None = Field(

@@ -515,20 +515,24 @@ _VERSIONS = """
 import importlib.metadata as m, json, sys
 out = {"python": sys.version.split()[0]}
 for key, dists in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("horovod", ("horovod",)),
-                   ("mpi4py", ("mpi4py",)), ("ddl", ("ddl",))):
+                   ("mpi4py", ("mpi4py",)), ("ddl", ("ddl", "ddl-torch")), ("torch", ("torch",))):
     for d in dists:
         try:
             out[key] = m.version(d)
             break
         except m.PackageNotFoundError:
             pass
+if "torch" in out:
+    # Which build: the CPU wheel (2.13.0+cpu) or a CUDA one (+cu..., or no local version).
+    local = out["torch"].partition("+")[2]
+    out["torch_build"] = "cpu" if local == "cpu" else "cuda" + (f" ({local})" if local else "")
 print(json.dumps(out))
 """
 
 
 def probe(prefix: Path, env: dict[str, str]) -> dict[str, Any]:
-    """What the environment at `prefix` provides: versions, `horovodrun --check-build`,
-    `mpirun --version`."""
+    """What the environment at `prefix` provides: versions (and torch's build: cpu or
+    cuda), `horovodrun --check-build`, `mpirun --version`."""
     bindir = prefix / "bin"
     # Its own libraries first, as learners load them (RuntimeInfo.lib_dir).
     env = {**env, "TF_CPP_MIN_LOG_LEVEL": "2", "LD_LIBRARY_PATH": str(prefix / "lib")}

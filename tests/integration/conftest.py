@@ -22,6 +22,13 @@ def ddl_runtime() -> runtimes.RuntimeInfo:
     return ensure_runtime("ddl-tf2.14")
 
 
+@pytest.fixture(scope="session")
+def pytorch_runtime() -> runtimes.RuntimeInfo:
+    """The PyTorch runtime (torch 2.13.0 CPU, Open MPI, the open DDL's PyTorch API), which
+    pytorch and pytorch-ddl trainings run in: built into the same directory on first use."""
+    return ensure_runtime("pytorch2.13")
+
+
 @pytest.fixture
 def mpi_runtime(request: pytest.FixtureRequest, framework: str) -> runtimes.RuntimeInfo:
     """The runtime of the test's `framework` parameter (tensorflow-horovod or -ddl)."""

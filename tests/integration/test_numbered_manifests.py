@@ -37,6 +37,7 @@ def live(
     tmp_path_factory: pytest.TempPathFactory,
     horovod_runtime: RuntimeInfo,
     ddl_runtime: RuntimeInfo,
+    pytorch_runtime: RuntimeInfo,
 ) -> Iterator[LivePlatform]:
     home = tmp_path_factory.mktemp("numbered")
     with live_platform(home / "home", f"sqlite:///{home / 'dlaas.db'}") as p:

@@ -63,7 +63,8 @@ def request(
     attempt: int = 1,
     compute: ComputeSpec | None = None,
 ) -> StartRequest:
-    mpi = framework == "tensorflow-horovod"
+    mpi = framework in ("tensorflow-horovod", "pytorch-ddl")
+    runtime = "pytorch2.13" if framework.startswith("pytorch") else "horovod-tf2.14"
     spec = TrainingSpec(
         training_id=training_id,
         framework=framework,
@@ -71,7 +72,7 @@ def request(
         command="python3 train.py",
         nodes=nodes,
         parameter_servers=0,
-        distribution="mpi" if mpi else "parameter_server",
+        distribution="mpi" if mpi else "torchrun" if framework == "pytorch" else "parameter_server",
         cpus=2,
         memory_gib=4,
     )
@@ -88,7 +89,7 @@ def request(
         log_sink=LogSinkConfig(kind="redis", url="redis://redis.dlaas:6379/1"),
         results_prefix=f"trainings/{training_id}/results/",
         attempt=attempt,
-        runtime=runtimes.in_learner_image("horovod-tf2.14") if mpi else None,
+        runtime=runtimes.in_learner_image(runtime) if mpi or runtime == "pytorch2.13" else None,
         tenant="acme",
         compute=compute,
         max_runtime=600,

@@ -20,8 +20,10 @@ from tests.manifest_cases import base
 
 
 def test_default_catalog_matches_the_seeds() -> None:
-    assert set(DEFAULT_CATALOG.frameworks) == {"tensorflow", "tensorflow-ddl", "tensorflow-horovod"}
-    assert all("1.5" in f.versions for f in DEFAULT_CATALOG.frameworks.values())
+    seeds = {"tensorflow", "tensorflow-ddl", "tensorflow-horovod"}
+    # The seeds' frameworks, and PyTorch's (issue 29).
+    assert set(DEFAULT_CATALOG.frameworks) == seeds | {"pytorch", "pytorch-ddl"}
+    assert all("1.5" in DEFAULT_CATALOG.frameworks[f].versions for f in seeds)
     assert {"K80", "P100", "V100"} <= set(DEFAULT_CATALOG.compute_configurations)
     distributed = {
         n for n, c in DEFAULT_CATALOG.compute_configurations.items() if c.supports_distributed

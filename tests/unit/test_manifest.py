@@ -134,7 +134,7 @@ _NO_DISTRIBUTED_COMPUTE = DEFAULT_CATALOG.with_overrides(
     [
         (
             base(
-                framework={"name": "pytorch", "command": " ", "parameter_servers": 1},
+                framework={"name": "caffe", "command": " ", "parameter_servers": 1},
                 compute_configuration={"name": "Z80", "nodes": 3},
                 evaluation_metrics=_METRICS,
             ),
@@ -143,8 +143,8 @@ _NO_DISTRIBUTED_COMPUTE = DEFAULT_CATALOG.with_overrides(
             [
                 (
                     "/framework/name",
-                    "unknown framework 'pytorch'; "
-                    "supported: tensorflow, tensorflow-ddl, tensorflow-horovod",
+                    "unknown framework 'caffe'; supported: pytorch, pytorch-ddl, "
+                    "tensorflow, tensorflow-ddl, tensorflow-horovod",
                 ),
                 ("/framework/command", "must not be empty"),
                 (

@@ -30,11 +30,13 @@ def operator(tmp_path: Path) -> Catalog:
     return load_catalog(path)
 
 
-def test_the_default_frameworks_are_native_tensorflow() -> None:
+def test_the_default_tensorflow_frameworks_are_native_tensorflow() -> None:
     assert {n: f.native_tensorflow for n, f in DEFAULT_CATALOG.frameworks.items()} == {
         "tensorflow": True,
         "tensorflow-ddl": True,
         "tensorflow-horovod": True,
+        "pytorch": False,
+        "pytorch-ddl": False,
     }
 
 

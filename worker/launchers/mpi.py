@@ -6,7 +6,8 @@ configuration), one rank per slot; the learner environment reaches every rank (`
 a per-rank prefix sets the variables that differ by host (LEARNER_ID, the directories).
 The other learners only host ranks. The training completes when learner 1 exits 0.
 
-DDL runs on the same launch and adds DDL_OPTIONS and a rank -> GPU mapping.
+DDL (tensorflow-ddl, pytorch-ddl) runs on the same launch and adds DDL_OPTIONS and a
+rank -> GPU mapping.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ DDL_DEFAULT_OPTIONS = "-mode r:{gpus}x{nodes}"
 # although the job then runs on TCP. ob1 alone starts no UCX (nor the cm pml's libfabric);
 # `osc ^ucx` keeps one-sided windows (MPI_Win) off UCX too.
 TRANSPORTS = ("--mca", "pml", "ob1", "--mca", "osc", "^ucx")
+# The frameworks whose ranks use the open DDL (TensorFlow's API, or PyTorch's).
+DDL_FRAMEWORKS = ("tensorflow-ddl", "pytorch-ddl")
 
 
 def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> LaunchPlan:
     slots = max(spec.gpus_per_node, 1)
     ranks = slots * spec.nodes
     hostfile = "".join(f"{host} slots={slots}\n" for host in addressing.hostnames)
-    ddl = spec.framework == "tensorflow-ddl"
+    ddl = spec.framework in DDL_FRAMEWORKS
 
     env1 = base_env(spec, addressing, 1)
     exported = list(_SHARED_VARS)

@@ -50,7 +50,8 @@ class TrainingSpec:
     nodes: int
     parameter_servers: int = 0
     gpus_per_node: int = 0
-    distribution: str = "parameter_server"  # from the framework catalog: or "mpi"
+    # From the framework catalog: "parameter_server", "mpi" or "torchrun".
+    distribution: str = "parameter_server"
     # The compute configuration's resources per learner (0: not limited).
     cpus: int = 0
     memory_gib: int = 0

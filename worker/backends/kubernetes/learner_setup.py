@@ -99,6 +99,11 @@ class LearnerSetup:
             attempt=request.attempt,
             ssh=ssh,
             stop_grace_seconds=max(1, round(self.stop_grace_seconds)),
+            runtime_prefix=(
+                request.runtime.prefix
+                if request.runtime and request.runtime.name != runtimes.PLATFORM
+                else None
+            ),
         )
 
     def learner_store(self, request: StartRequest) -> StoreConfig:

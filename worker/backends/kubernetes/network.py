@@ -3,7 +3,8 @@
 The policy selects exactly the training's pods (the label its headless Service selects
 by) and allows:
 - ingress only from the same training's pods (any port: gRPC between TensorFlow's tasks,
-  ssh and Open MPI's TCP transport between MPI ranks);
+  ssh and Open MPI's TCP transport between MPI ranks, torchrun's rendezvous on 29400 and
+  the Gloo or NCCL connections between PyTorch's processes);
 - egress only to the same training's pods, to the cluster's DNS (kube-dns/CoreDNS, pods
   labelled `k8s-app=kube-dns` in `kube-system`, UDP and TCP 53), and to the store and log
   endpoints the operator lists (`EgressRules`: ipBlocks, pod selectors, on the listed TCP

@@ -40,6 +40,7 @@ from worker.launchers.plan import (
     first_host_index,
     learner_name_prefix,
 )
+from worker.launchers.torchrun import RENDEZVOUS_PORT
 
 TRAINING_LABEL = "dlaas.io/training-id"
 TENANT_LABEL = "dlaas.io/tenant"
@@ -62,6 +63,9 @@ _PLATFORM_RESOURCES = {
 }
 # What the agent sidecar requests beside each learner container (capacity counts it).
 SIDECAR_REQUESTS = _PLATFORM_RESOURCES["requests"]
+# The learner images' own PATH (docker/learner-*.Dockerfile: the platform's environment
+# first); a runtime's environment goes before it in the learner container.
+IMAGE_PATH = "/opt/dlaas/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -131,11 +135,15 @@ class TrainingObjectsInput:
     runtime: str
     compute: ComputeSpec
     max_runtime: int
-    distribution: str  # the framework's: "parameter_server" or "mpi"
+    distribution: str  # the framework's: "parameter_server", "mpi" or "torchrun"
     owner: Owner
     attempt: int = 1
     ssh: SshKeyPair | None = None
     stop_grace_seconds: int = 30
+    # Where the runtime's environment lies in its learner image (runtimes.in_learner_image);
+    # None for the platform's. Its bin/ (python, torchrun, mpirun) comes first on the
+    # learner's PATH, its lib/ (its own libmpi) on LD_LIBRARY_PATH, as on one machine.
+    runtime_prefix: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -144,6 +152,16 @@ class TrainingObjectsInput:
     @property
     def mpi(self) -> bool:
         return self.distribution == "mpi"
+
+    @property
+    def learner_port(self) -> tuple[str, int]:
+        """The port learners serve each other, named: sshd for MPI jobs, torchrun's
+        rendezvous (learner 1's c10d store) for PyTorch, TensorFlow's gRPC otherwise."""
+        if self.mpi:
+            return "ssh", layout.SSH_PORT
+        if self.distribution == "torchrun":
+            return "rendezvous", RENDEZVOUS_PORT
+        return "grpc", GRPC_PORT
 
 
 def secret_name(prefix: str) -> str:
@@ -207,11 +225,8 @@ def training_objects(inp: TrainingObjectsInput, cluster: ClusterConfig) -> list[
 
 
 def headless_service(inp: TrainingObjectsInput, cluster: ClusterConfig) -> dict[str, Any]:
-    port = (
-        {"name": "ssh", "port": layout.SSH_PORT, "targetPort": "ssh", "protocol": "TCP"}
-        if inp.mpi
-        else {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"}
-    )
+    name, number = inp.learner_port
+    port = {"name": name, "port": number, "targetPort": name, "protocol": "TCP"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -327,11 +342,14 @@ def _learner_container(
     wait_for: tuple[str, ...] = ()
     if lp.waits_for_peers:
         wait_for = tuple(
-            f"{other.hostname}:{layout.SSH_PORT if inp.mpi else GRPC_PORT}"
+            f"{other.hostname}:{inp.learner_port[1]}"
             for other in inp.plan.learners
             if other.learner_id != lp.learner_id
         )
     env = learner_env(lp, inp.plan.conventions)
+    if inp.runtime_prefix:
+        env["PATH"] = f"{inp.runtime_prefix}/bin:{IMAGE_PATH}"
+        env["LD_LIBRARY_PATH"] = f"{inp.runtime_prefix}/lib"
     mounts = [
         _mount("work", layout.WORK_DIR),
         _mount("io", layout.IO_DIR),
@@ -351,12 +369,11 @@ def _learner_container(
         mounts.append(_mount("ssh", layout.SSH_DIR, read_only=True))
         if lp.role == Role.MPI_LAUNCHER:
             mounts.append(_mount("mpi", layout.MPI_DIR, read_only=True))
-        container["ports"] = [{"name": "ssh", "containerPort": layout.SSH_PORT, "protocol": "TCP"}]
         if mpi_host:
             # Ready once sshd accepts connections: what the launcher waits for.
             container["readinessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 2}
-    else:
-        container["ports"] = [{"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"}]
+    port_name, port = inp.learner_port
+    container["ports"] = [{"name": port_name, "containerPort": port, "protocol": "TCP"}]
     return container
 
 
