@@ -65,6 +65,19 @@ def test_an_onnx_model_deploys_and_scores_as_onnx_runtime_does(
     columns = predict(served.client, tenant, d, {"inputs": {"x": X[:3].tolist()}})
     np.testing.assert_allclose(columns.json()["outputs"], expected[:3], rtol=0, atol=1e-6)
 
+    # TensorFlow Serving's REST path, and its metadata document.
+    tfs = served.client.post(
+        f"/v1/models/{d}:predict", json={"instances": X.tolist()}, headers=tenant
+    )
+    assert tfs.status_code == 200, tfs.text
+    np.testing.assert_allclose(tfs.json()["predictions"], expected, rtol=0, atol=1e-6)
+    meta = served.client.get(f"/v1/models/{d}/metadata", headers=tenant)
+    assert meta.status_code == 200, meta.text
+    served_def = meta.json()["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    assert served_def["method_name"] == "tensorflow/serving/predict"
+    assert served_def["inputs"]["x"]["dtype"] == "DT_FLOAT"
+    assert served_def["inputs"]["x"]["name"] == "x"
+
     answer = served.stub.Predict(request(d, "serving_default", x=X), metadata=auth(tenant))
     y = tf.make_ndarray(answer.outputs["y"])
     assert y.dtype == np.float32 and y.shape == (64, 2)

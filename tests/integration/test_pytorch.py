@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,44 @@ def test_a_two_learner_ddp_training_ends_with_identical_parameters(
     ).stdout.split()
     assert shown == ["features", "['batch',", "16]", "logits"], shown
     assert [lr["status"] for lr in done["learners"]] == ["COMPLETED", "COMPLETED"]
+    deploys_and_scores_as_onnx_runtime(live, t["id"], tmp_path / "model.onnx")
+
+
+def deploys_and_scores_as_onnx_runtime(live: LivePlatform, training_id: str, model: Path) -> None:
+    """The training's ONNX model deploys READY with the graph's signature and answers what
+    ONNX Runtime in this process answers, over the platform's route and TensorFlow
+    Serving's REST path."""
+    ort = pytest.importorskip("onnxruntime", reason="install the onnx extra")
+    np = pytest.importorskip("numpy")
+    r = live.client.post("/v1/deployments", json={"training_id": training_id}, headers=live.headers)
+    assert r.status_code == 202, r.text
+    deployment_id = r.json()["id"]
+    deadline = time.monotonic() + 180
+    while (d := live.client.get(f"/v1/deployments/{deployment_id}", headers=live.headers).json())[
+        "status"
+    ] == "DEPLOYING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert d["status"] == "READY", d
+    signature = d["signature"]
+    assert signature["inputs"] == [{"name": "features", "dtype": "float32", "shape": [None, 16]}]
+    assert [(t["name"], t["dtype"], t["shape"][0]) for t in signature["outputs"]] == [
+        ("logits", "float32", None)
+    ]
+    x = np.random.default_rng(5).standard_normal((8, 16)).astype(np.float32)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"features": x})
+    ours = live.client.post(
+        f"/v1/deployments/{deployment_id}/predictions",
+        json={"instances": x.tolist()},
+        headers=live.headers,
+    )
+    assert ours.status_code == 200, ours.text
+    np.testing.assert_allclose(ours.json()["predictions"], expected, rtol=0, atol=1e-5)
+    tfs = live.client.post(
+        f"/v1/models/{deployment_id}:predict", json={"instances": x.tolist()}, headers=live.headers
+    )
+    assert tfs.status_code == 200, tfs.text
+    np.testing.assert_allclose(tfs.json()["predictions"], expected, rtol=0, atol=1e-5)
 
 
 def test_a_pytorch_ddl_training_agrees_with_mpi(live: LivePlatform) -> None:
