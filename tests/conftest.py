@@ -22,6 +22,13 @@ from service.platform import Platform
 from service.scoring import ratelimit
 from service.settings import Settings
 
+# The session-end check that the tests left no process running (tests/leftovers.py).
+from tests.leftovers import (  # noqa: F401
+    _leftovers_noted,
+    pytest_configure,
+    pytest_sessionfinish,
+)
+
 ADMIN_KEY = "test-admin-key"
 PG_SERVER = os.environ.get("DLAAS_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432")
 

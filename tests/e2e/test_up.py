@@ -26,7 +26,7 @@ from dlaas import Client
 from service.db.models import Base
 from service.db.session import make_engine
 from tests.conftest import CODE_ZIP, manifest_yaml
-from tests.integration.platform_harness import training_processes
+from tests.integration.platform_harness import settings_of, stop_learners, training_processes
 from tests.integration.test_retries import TRAIN
 
 pytestmark = pytest.mark.e2e
@@ -74,9 +74,11 @@ class Up:
         return self.proc.wait(timeout=timeout)
 
     def kill(self) -> None:
+        """SIGKILL `dlaas up`, then stop what its trainings still run (learners, networks)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        stop_learners(settings_of(self.env))
 
 
 def start_up(home: Path, port: int | None = None, **extra: str) -> Up:
