@@ -160,6 +160,11 @@ def _leftovers_noted(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    check(session)
+
+
+def check(session: pytest.Session) -> None:
+    """Fail the session (exit status 1) naming what its tests left running, then kill it."""
     with contextlib.suppress(Exception):
         factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
         _check.tmp_root = factory.getbasetemp().resolve()
