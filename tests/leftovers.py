@@ -7,9 +7,10 @@ processes those start (the platform's processes and the learner wrappers drop th
 platform's `DLAAS_*` settings from their environment, not this). A learner's own command
 starts from its spec's environment without it, in a sandbox that dies with its wrapper;
 the processes whose command line or working directory lies in the session's temporary
-directory are counted as well. Learner network holders (`sleep infinity` in a network
-namespace of their own, `worker.backends.netns`) carry the marker too: a network namespace
-the tests made and left is found as its holder.
+directory are counted as well. Learner network holders and their sleepers (the processes
+that keep a training's network namespaces, `worker.backends.netns`; the platform names no
+namespace, so `ip netns` lists none of them) carry the marker too: a network namespace the
+tests made and left is found, and named, as its holder.
 
 After each test the processes with the marker that were not there before are noted
 against that test, so that a leftover is named with the test that left it. At the end
@@ -90,9 +91,11 @@ def find(session: str, tmp_root: Path | None = None) -> list[Leftover]:
             continue
         pid = int(entry)
         environ = _read(pid, "environ")
+        if environ is None or (root is None and marker not in environ):
+            continue  # (the cheap test first: this runs after every test)
         cmdline = _read(pid, "cmdline")
         stat = _stat(pid)
-        if environ is None or cmdline is None or stat is None or stat[0] in ("Z", "X"):
+        if cmdline is None or stat is None or stat[0] in ("Z", "X"):
             continue
         variables = environ.split(b"\0")
         ours = marker in variables
