@@ -1,9 +1,9 @@
 """A learner pod's credentials used against other trainings: what the Kubernetes backend
 puts in a training's Secret (its learners' specs) reaches that training only. The backend
 runs through the official client against the emulated API server (tests/k8s_emulator.py),
-its store on moto (STS AssumeRole with a role set) and its log store on the real Redis
-(127.0.0.1:6379, a database of its own), where each training's learners get a Redis ACL
-user of their own (service.logs.redis_users).
+its store on moto (STS AssumeRole with a role set) and its log store on a real Redis (this
+test run's own, tests/run_redis.py), where each training's learners get a Redis ACL user
+of their own (service.logs.redis_users).
 
 - No pod and no Secret of a training holds the platform's Redis URL or S3 keys.
 - With the log credentials of one training's Secret: its own stream is written; another
