@@ -79,7 +79,8 @@ class Up:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        stop_learners(settings_of(self.env))
+        if self.env.get("DLAAS_BACKEND", "local") == "local":
+            stop_learners(settings_of(self.env))
 
 
 def start_up(home: Path, port: int | None = None, **extra: str) -> Up:
