@@ -9,7 +9,8 @@ INSTALLED := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # tensorflow-serving-api without its dependencies: it requires `tensorflow`, which would be
 # installed over tensorflow-cpu (see pyproject.toml, grpcio).
 TF_SERVING_API ?= tensorflow-serving-api==2.21.*
-# Debian's Chromium, which the browser tests drive (installed by `make browser` if missing).
+# Debian's Chromium, which the browser tests drive (installed by `make browser`, which
+# `make test` runs, if missing; `make quickstart` and `make install` never install it).
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: help install ui-assets browser lint test test-fast chaos run quickstart schema bench clean
@@ -22,7 +23,7 @@ help:
 	@echo "make lint        ruff check, ruff format --check, mypy, lint-imports"
 	@echo "make run         dlaas up on the embedded defaults (http://127.0.0.1:8080, dashboard /ui/)"
 	@echo "make ui-assets   install the dashboard's front-end libraries from npm (npm ci)"
-	@echo "make browser     install Debian's Chromium for the browser tests, if missing"
+	@echo "make browser     install Debian's Chromium for the browser tests, if missing (make test does)"
 	@echo "make schema      regenerate manifests/manifest.schema.json"
 	@echo "make bench       run the benchmarks (quick), rows in bench.json"
 
@@ -30,14 +31,22 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# Everything in .venv: what `make quickstart` installs, and all it installs.
 $(INSTALLED): pyproject.toml | $(BIN)/activate
-	@# The sandbox's seccomp filter is compiled by the system's libseccomp (pyseccomp binds it).
-	@ldconfig -p | grep -q 'libseccomp\.so\.2' || { apt-get update && apt-get install -y libseccomp2; }
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/pip install --quiet --no-deps "$(TF_SERVING_API)"
 	touch $@
 
-install: $(INSTALLED) ui-assets browser
+install: $(VENV)/.libseccomp $(INSTALLED) ui-assets
+
+# The sandbox's seccomp filter is compiled by the system's libseccomp (pyseccomp binds it);
+# Debian's apt depends on it, so it is nearly always there. Without it the local tenant's
+# trainings run unsandboxed (as the quick start's may), others are refused.
+$(VENV)/.libseccomp: | $(BIN)/activate
+	@ldconfig -p | grep -q 'libseccomp\.so\.2' || { \
+		echo "Installing Debian's libseccomp2 (apt-get), for the sandbox's seccomp filter"; \
+		apt-get update && apt-get install -y libseccomp2; }
+	@touch $@
 
 # The dashboard's front-end libraries (and the browser tests' accessibility checker), from
 # npm as package-lock.json pins them, into node_modules (gitignored); the API serves them
@@ -54,6 +63,7 @@ node_modules/.installed: package.json package-lock.json
 browser: $(CHROMIUM)
 
 $(CHROMIUM):
+	@echo "Installing Debian's Chromium (apt-get, system-wide) for the dashboard's browser tests"
 	apt-get update && apt-get install -y chromium
 
 lint: install
@@ -62,7 +72,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
-test: lint
+test: lint browser
 	$(BIN)/pytest -q
 
 test-fast: install
@@ -75,7 +85,8 @@ chaos: install
 run: install
 	$(BIN)/dlaas up --host 127.0.0.1 --port 8080
 
-quickstart: install
+# Only what the journey needs, all of it in .venv: no system package, no browser.
+quickstart: $(INSTALLED)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/quickstart.py
 
 schema: install

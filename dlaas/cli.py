@@ -49,6 +49,7 @@ from dlaas.errors import ApiError, ConnectionFailed, DlaasError
 from dlaas.models import ApiKey, Tenant, Training
 from dlaas.tensorboard import (
     LogDirMirror,
+    interruptible,
     start_tensorboard,
     stop_tensorboard,
     wait_until_serving,
@@ -714,8 +715,8 @@ def tensorboard(
 ) -> None:
     """TensorBoard on a training's LOG_DIR: every learner's files (learner-<i>/ as run
     names), kept in sync while the training runs. Needs TensorBoard (installed with dlaas).
-    Ctrl-C stops it."""
-    with contextlib.ExitStack() as stack:
+    Ctrl-C (or SIGTERM) stops it and the TensorBoard it started."""
+    with interruptible(), contextlib.ExitStack() as stack:
         try:
             _serve_tensorboard(stack, _client(ctx), training_id, logdir, port, interval)
         except KeyboardInterrupt:

@@ -11,10 +11,14 @@ replaced under it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -91,11 +95,15 @@ def tensorboard_executable() -> Path:
 
 
 def start_tensorboard(
-    logdir: Path, port: int, *, host: str = "127.0.0.1"
+    logdir: Path, port: int, *, host: str = "127.0.0.1", executable: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """TensorBoard serving `logdir` on host:port, re-reading it every few seconds; raises
-    DlaasError if it is not installed here."""
-    executable = tensorboard_executable()
+    DlaasError if it is not installed here.
+
+    It leads a process group of its own, with the data server it starts
+    (`tensorboard_data_server`): `stop_tensorboard` stops the group, and a Ctrl-C at the
+    terminal reaches `dlaas tensorboard` alone, which stops it."""
+    executable = executable or tensorboard_executable()
     if not executable.is_file():
         raise DlaasError(
             f"dlaas tensorboard needs TensorBoard in the environment dlaas runs in "
@@ -112,7 +120,8 @@ def start_tensorboard(
             str(port),
             "--reload_interval",
             "2",
-        ]
+        ],
+        process_group=0,
     )
 
 
@@ -133,10 +142,42 @@ def wait_until_serving(proc: subprocess.Popen[bytes], url: str, timeout: float =
 
 
 def stop_tensorboard(proc: subprocess.Popen[bytes], grace: float = 5) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Stop TensorBoard's process group: SIGTERM, SIGKILL after `grace` seconds, and
+    SIGKILL to whatever of the group outlives TensorBoard (its data server)."""
+    if proc.returncode is None:  # not reaped: its pid is its group's id still
+        _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while not _exited(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether it has exited, without reaping it (an unreaped leader keeps its process
+    group's id from being reused, so the group can be killed safely after it exits)."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt inside, whatever this process
+    inherited: a command started from a script in the background inherits SIGINT ignored,
+    and a `kill` would otherwise end it without stopping what it started."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)

@@ -21,9 +21,16 @@ from service.db.session import make_engine, upgrade
 from service.platform import Platform
 from service.scoring import ratelimit
 from service.settings import Settings
+from tests import leftovers, run_redis
+from tests.leftovers import _leftovers_noted, pytest_configure  # noqa: F401 (the check's hooks)
 
 ADMIN_KEY = "test-admin-key"
 PG_SERVER = os.environ.get("DLAAS_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    run_redis.stop()  # this run's own Redis (tests/run_redis.py), then nothing may be left
+    leftovers.check(session)
 
 
 @pytest.fixture(scope="session")

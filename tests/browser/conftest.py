@@ -27,7 +27,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     try:
         yield running
     finally:
-        running.stop()
+        try:
+            running.stop()
+        finally:
+            running.kill()
 
 
 @pytest.fixture(scope="module")

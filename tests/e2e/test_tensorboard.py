@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.e2e.test_up import DLAAS, ROOT, Up, free_port, start_up
+from tests.e2e.test_up import DLAAS, ROOT, Up, alive, free_port, start_up
+from tests.integration.platform_harness import descendants
 
 pytestmark = pytest.mark.e2e
 
@@ -127,8 +128,11 @@ def test_tf_summary_scalars_are_metrics_while_it_runs_and_tensorboard_serves_the
         for (_, _, value), point in zip(scalars, loss, strict=True):
             assert math.isclose(value, point.value, rel_tol=1e-6)
 
+        started = descendants(board.pid)  # TensorBoard and its data server
+        assert started
         board.send_signal(signal.SIGINT)  # Ctrl-C
         assert board.wait(60) == 0, "".join(lines)
+        assert not [pid for pid in started if alive(pid)], "TensorBoard outlived it"
         reader.join(10)
         assert "Traceback" not in "".join(lines)
         with pytest.raises(httpx.TransportError):  # TensorBoard stopped with it

@@ -25,8 +25,9 @@ from sqlalchemy import text
 from dlaas import Client
 from service.db.models import Base
 from service.db.session import make_engine
+from tests import run_redis
 from tests.conftest import CODE_ZIP, manifest_yaml
-from tests.integration.platform_harness import training_processes
+from tests.integration.platform_harness import settings_of, stop_learners, training_processes
 from tests.integration.test_retries import TRAIN
 
 pytestmark = pytest.mark.e2e
@@ -74,9 +75,12 @@ class Up:
         return self.proc.wait(timeout=timeout)
 
     def kill(self) -> None:
+        """SIGKILL `dlaas up`, then stop what its trainings still run (learners, networks)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.env.get("DLAAS_BACKEND", "local") == "local":
+            stop_learners(settings_of(self.env))
 
 
 def start_up(
@@ -350,19 +354,18 @@ def test_ctrl_c_interrupts_a_retried_training_and_the_next_up_resumes_it(tmp_pat
         up.kill()
 
 
-REDIS = "redis://127.0.0.1:6379/12"
-
-
 @pytest.fixture
 def cluster_services(postgres_url: str) -> dict[str, str]:
-    """DLAAS_* settings for PostgreSQL (this run's database, emptied) and Redis."""
+    """DLAAS_* settings for PostgreSQL (this run's database, emptied) and Redis (this
+    run's own, flushed: a broker no other run's worker reads)."""
     engine = make_engine(postgres_url)
     with engine.begin() as conn:
         tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
         conn.execute(text(f"TRUNCATE {tables} CASCADE"))
     engine.dispose()
-    redis.Redis.from_url(REDIS).flushdb()
-    return {"DLAAS_DATABASE_URL": postgres_url, "DLAAS_BROKER_URL": REDIS}
+    url = run_redis.url(12)
+    redis.Redis.from_url(url).flushdb()
+    return {"DLAAS_DATABASE_URL": postgres_url, "DLAAS_BROKER_URL": url}
 
 
 @pytest.mark.integration

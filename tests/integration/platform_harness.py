@@ -100,6 +100,64 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def settings_of(env: dict[str, str]) -> Settings:
+    """The platform's Settings from the DLAAS_* variables of a platform process's `env`."""
+    return Settings(
+        **{k.removeprefix("DLAAS_").lower(): v for k, v in env.items() if k.startswith("DLAAS_")}
+    )
+
+
+def stop_learners(settings: Settings) -> None:
+    """Stop what every training the platform's home holds still runs: its learners (by
+    process group) and its learner network. A test's platform is killed at its end, and a
+    training whose wrap-up had not run yet (stopped, failed, or still running) would
+    otherwise keep its learners and network holder alive, detached, for ever."""
+    if settings.backend != "local" or not settings.work_dir.is_dir():
+        return
+    backend = make_backend(settings)
+    for training_id in backend.held():
+        backend.stop(training_id)
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (children, theirs, ...), whatever group they lead."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL `proc` and every process group below it (a supervised command leads a
+    group of its own): what a container's end does to everything in it."""
+    below = descendants(proc.pid)
+    groups = set()
+    for pid in below:
+        with suppress(ProcessLookupError):
+            groups.add(os.getpgid(pid))
+    if proc.poll() is None:
+        proc.kill()
+    for pgid in groups - {os.getpgid(0)}:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in below:
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
 def platform_env(home: Path, database_url: str, extra: dict[str, str]) -> dict[str, str]:
     """This process's environment without its DLAAS_* settings, plus the platform's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
@@ -201,9 +259,7 @@ def live_platform(
     """The platform on `database_url`, with the DLAAS_* settings in `extra`; the monitor
     runs in a thread, or as a subprocess a test can kill with `monitor_process`."""
     env = platform_env(home, database_url, extra)
-    settings = Settings(
-        **{k.removeprefix("DLAAS_").lower(): v for k, v in env.items() if k.startswith("DLAAS_")}
-    )
+    settings = settings_of(env)
     platform = Platform.from_settings(settings)
     platform.migrate()
     stop = threading.Event()
@@ -232,6 +288,7 @@ def live_platform(
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+            stop_learners(settings)
             platform.close()
 
 
@@ -431,3 +488,4 @@ def process_platform(
         if live.client is not None:
             live.client.close()
         live.stop_all()
+        stop_learners(settings_of(env))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from worker.backends.local import LocalBackend
+from worker.backends.netns import LearnerNetwork, namespaces_available
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +110,27 @@ def test_a_start_that_did_not_finish_is_not_observed_as_started(tmp_path: Path) 
     observed = backend.observe("t-half")
     assert observed is not None
     assert [(o.phase, o.exit_code) for o in observed.learners] == [("COMPLETED", 0)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def test_cleaning_up_a_start_that_failed_after_making_its_network_ends_the_network(
+    tmp_path: Path,
+) -> None:
+    """A start that failed once the learner network was made, before the training's
+    state.json was written (it is written once everything is prepared): its cleanup
+    ends the network too, at once."""
+    available, why = namespaces_available()
+    if not available:
+        pytest.skip(f"no learner namespaces here: {why}")
+    backend = LocalBackend(tmp_path / "work", use_sandbox=False)
+    net = LearnerNetwork.create("t-failed", ["learner-f-1"], tmp_path / "work" / "t-failed" / "net")
+    assert not (tmp_path / "work" / "t-failed" / "state.json").exists()
+    backend.cleanup("t-failed")
+    assert not any(_running(pid) for pid in [net.holder_pid, *net.pids.values()])
+    assert not (tmp_path / "work" / "t-failed").exists()

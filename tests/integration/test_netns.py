@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from worker.backends.netns import SUBNET, LearnerNetwork, namespaces_available
+from worker.backends.netns import (
+    SUBNET,
+    WATCH_SECONDS,
+    LearnerNetwork,
+    namespaces_available,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -272,6 +278,38 @@ def test_attach_after_holder_died_cleans_up(make_net: MakeNet) -> None:
         time.sleep(0.01)
     assert LearnerNetwork.attach(net.state_dir) is None
     assert not _live(net.pids["d-1"])
+
+
+def test_a_holder_whose_state_directory_is_gone_ends_with_everything_inside(
+    make_net: MakeNet,
+) -> None:
+    """A network nothing can reach again (its state directory removed without a destroy,
+    as a cleanup that found no state.json, or the platform's home deleted, leaves it)
+    ends itself: the holder, its sleepers and what was entered into them."""
+    net = make_net(["g-1", "g-2"])
+    inside = subprocess.Popen([*net.enter_argv("g-1"), "sleep", "300"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{inside.pid}/cmdline").read_bytes().startswith(b"sleep"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        shutil.rmtree(net.state_dir)
+        everything = [net.holder_pid, *net.pids.values(), inside.pid]
+        deadline = time.monotonic() + WATCH_SECONDS + 10
+        while any(_live(pid) for pid in everything) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inside.wait(timeout=5) == -signal.SIGKILL
+        assert not any(_live(pid) for pid in everything)
+    finally:
+        if inside.poll() is None:
+            os.killpg(inside.pid, signal.SIGKILL)
+            inside.wait()
+
+
+def test_a_holder_lives_while_its_state_directory_does(make_net: MakeNet) -> None:
+    net = make_net(["w-1"])
+    time.sleep(WATCH_SECONDS + 1)
+    assert all(_live(pid) for pid in [net.holder_pid, *net.pids.values()])
 
 
 MPI_RANK = textwrap.dedent("""

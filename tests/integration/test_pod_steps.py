@@ -38,6 +38,7 @@ from service.storage.config import BucketLocation, StoreConfig
 from service.storage.local import LocalObjectStore
 from service.storage.scoped import TrainingScope, scoped_store, training_policy
 from tests.integration import test_scoped_store as scoped_case
+from tests.integration.platform_harness import kill_tree
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, free_port, moto_server
 from worker.learner import pod_io, pod_run
 from worker.learner.spec import LearnerSpec
@@ -291,10 +292,11 @@ class Pod:
         return self.agent.returncode
 
     def kill(self) -> None:
+        """Whatever is left of the pod, gone: the steps and the command `run` supervises
+        (in a process group of its own), as the pod's end takes every container's processes."""
         for proc in (self.runner, self.agent):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            if proc is not None:
+                kill_tree(proc)
 
     def keys(self) -> set[str]:
         return {info.key for info in self.store.list(self.prefix)}

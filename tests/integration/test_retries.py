@@ -29,14 +29,23 @@ pytestmark = pytest.mark.integration
 # Each learner counts steps, checkpointing the step it reached; it resumes from the
 # checkpoint it finds. On its first attempt (no checkpoint) `hang` waits at step 5 to be
 # killed, `exit3` exits 3 there; `always3` exits 3 two steps into every attempt.
+# Before its step 5 a first attempt waits until every learner has checkpointed a step
+# (CHECKPOINT_DIR is shared): a learner that started late on a loaded machine and was
+# stopped before its first checkpoint would start its next attempt from nothing, take it
+# for a first one and exit 3 again (the run then FAILED instead of COMPLETED).
 TRAIN = """
 import os, pathlib, sys, time
-ckpt = pathlib.Path(os.environ["CHECKPOINT_DIR"]) / ("step-" + os.environ["LEARNER_ID"])
+ckpt_dir = pathlib.Path(os.environ["CHECKPOINT_DIR"])
+ckpt = ckpt_dir / ("step-" + os.environ["LEARNER_ID"])
+everyone = [ckpt_dir / f"step-{i}" for i in range(1, int(os.environ["NUM_LEARNERS"]) + 1)]
 start = int(ckpt.read_text()) if ckpt.exists() else 0
 if start:
     print(f"resumed from checkpoint step {start}", flush=True)
 mode, steps = sys.argv[1], int(sys.argv[2])
 for step in range(start + 1, steps + 1):
+    if step == 5 and not start and mode in ("exit3", "hang"):
+        while not all(p.exists() for p in everyone):
+            time.sleep(0.05)
     time.sleep(0.05)
     tmp = ckpt.with_suffix(".tmp")
     tmp.write_text(str(step))

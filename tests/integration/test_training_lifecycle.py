@@ -15,6 +15,7 @@ import redis
 from dlaas import cli
 from dlaas.models import Training
 from service.sandbox import limits
+from tests import run_redis
 from tests.conftest import zip_of
 from tests.integration.platform_harness import (
     EXAMPLES,
@@ -52,15 +53,14 @@ def manifest(command: str, nodes: int = 1, **extra: Any) -> dict[str, Any]:
     return doc
 
 
-REDIS = "redis://127.0.0.1:6379/14"
-
-
 def cluster_settings(database_url: str) -> dict[str, str]:
-    """On PostgreSQL the platform runs as in a cluster: Redis is the broker and the log."""
+    """On PostgreSQL the platform runs as in a cluster: Redis is the broker and the log
+    (this run's own Redis: flushed here, and a Celery queue no other run's worker reads)."""
     if not database_url.startswith("postgresql"):
         return {}
-    redis.Redis.from_url(REDIS).flushdb()
-    return {"DLAAS_BROKER_URL": REDIS, "DLAAS_LOG_STORE_URL": REDIS}
+    url = run_redis.url(14)
+    redis.Redis.from_url(url).flushdb()
+    return {"DLAAS_BROKER_URL": url, "DLAAS_LOG_STORE_URL": url}
 
 
 @pytest.fixture

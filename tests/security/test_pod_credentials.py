@@ -1,9 +1,9 @@
 """A learner pod's credentials used against other trainings: what the Kubernetes backend
 puts in a training's Secret (its learners' specs) reaches that training only. The backend
 runs through the official client against the emulated API server (tests/k8s_emulator.py),
-its store on moto (STS AssumeRole with a role set) and its log store on the real Redis
-(127.0.0.1:6379, a database of its own), where each training's learners get a Redis ACL
-user of their own (service.logs.redis_users).
+its store on moto (STS AssumeRole with a role set) and its log store on a real Redis (this
+test run's own, tests/run_redis.py), where each training's learners get a Redis ACL user
+of their own (service.logs.redis_users).
 
 - No pod and no Secret of a training holds the platform's Redis URL or S3 keys.
 - With the log credentials of one training's Secret: its own stream is written; another
@@ -34,6 +34,7 @@ from service.logs.redis import RedisLogStore
 from service.logs.redis_users import USER_PREFIX, RedisLogUsers, user_name
 from service.storage import scoped
 from service.storage.config import StoreConfig
+from tests import run_redis
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.test_backend import CLUSTER, request
 from tests.k8s_emulator import running_apiserver
@@ -42,8 +43,13 @@ from worker.backends.kubernetes.backend import KubernetesBackend
 
 pytestmark = pytest.mark.integration
 
-# The platform's log store: a database of its own on the shared Redis (never flushed).
-PLATFORM_REDIS = "redis://127.0.0.1:6379/14"
+
+def platform_redis() -> str:
+    """The platform's log store: this run's own Redis (tests/run_redis.py), as the
+    trainings' names and their ACL users are the same in every run."""
+    return run_redis.url(14)
+
+
 ROLE = "arn:aws:iam::123456789012:role/dlaas-learners"
 MINE, OTHER = "training-cred1", "training-cred2"
 
@@ -67,7 +73,7 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture
 def admin() -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(PLATFORM_REDIS, decode_responses=True)
+    r = redis.Redis.from_url(platform_redis(), decode_responses=True)
     yield r
     for training in (MINE, OTHER):
         r.delete(RedisLogStore.key(training))
@@ -87,7 +93,7 @@ def make_backend(
             CLUSTER,
             stop_grace_seconds=1,
             store_role_arn=ROLE,
-            log_users=RedisLogUsers(PLATFORM_REDIS),
+            log_users=RedisLogUsers(platform_redis()),
         )
         made.append(backend)
         return backend
@@ -109,7 +115,7 @@ def start(backend: KubernetesBackend, s3: S3Server, training_id: str) -> None:
         dataclasses.replace(
             request(training_id),
             store=platform_store,
-            log_sink=LogSinkConfig(kind="redis", url=PLATFORM_REDIS),
+            log_sink=LogSinkConfig(kind="redis", url=platform_redis()),
         )
     )
 
@@ -153,7 +159,7 @@ def test_no_pod_or_secret_holds_the_platforms_redis_url_or_s3_keys(
     found = objects(core, MINE)
     assert {o["kind"] for o in found} == {"Pod", "Secret"} and len(found) == 3
     text = json.dumps(found)
-    for platform_secret in (PLATFORM_REDIS, ACCESS_KEY, SECRET_KEY):
+    for platform_secret in (platform_redis(), ACCESS_KEY, SECRET_KEY):
         assert platform_secret not in text
     (url,) = log_urls(core, MINE)
     assert url.startswith(f"redis://{user_name(MINE)}:")
@@ -267,7 +273,7 @@ def test_a_new_attempt_takes_the_older_attempts_password_back(
             secret_key=Secret(SECRET_KEY),
             bucket="dlaas",
         ),
-        log_sink=LogSinkConfig(kind="redis", url=PLATFORM_REDIS),
+        log_sink=LogSinkConfig(kind="redis", url=platform_redis()),
     )
     backend.start(second_attempt)
     (second,) = log_urls(core, MINE)
@@ -313,7 +319,7 @@ def test_a_failed_start_leaves_no_log_password_that_works(
         core.api_client,
         CLUSTER,
         store_role_arn="not-an-arn",
-        log_users=RedisLogUsers(PLATFORM_REDIS),
+        log_users=RedisLogUsers(platform_redis()),
     )
     try:
         with pytest.raises(Exception, match="RoleArn"):

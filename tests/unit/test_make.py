@@ -152,3 +152,33 @@ def test_the_editable_install_builds_without_a_warning(tmp_path: Path) -> None:
     output, wheel = build(tmp_path, "build_editable", "service", "worker", "dlaas", "composition")
     assert "Warning" not in output and "careful" not in output, output
     assert wheel.suffix == ".whl"
+
+
+@needs_make
+def test_quickstart_installs_nothing_outside_the_venv(tmp_path: Path) -> None:
+    """On a fresh clone (no stamp, no .venv, no node_modules) of a machine without Chromium:
+    `make quickstart` would run pip into .venv and the journey, and no apt-get, no npm."""
+    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    dry = make(tmp_path, "-n", "quickstart")  # CHROMIUM: a path that does not exist here
+    assert dry.returncode == 0, dry.stderr
+    assert not (tmp_path / "chromium").exists()
+    assert "apt-get" not in dry.stdout and "chromium" not in dry.stdout.lower(), dry.stdout
+    assert "npm" not in dry.stdout
+    assert "pip install --quiet -e" in dry.stdout and "examples/quickstart.py" in dry.stdout
+    # Nor anywhere in what quickstart depends on, as make reads the Makefile.
+    graph = make(tmp_path, "-pnq", "quickstart").stdout
+    (rule,) = [line for line in graph.splitlines() if line.startswith("quickstart:")]
+    assert "browser" not in rule and "install" not in rule.split(":", 1)[1].split()
+
+
+@needs_make
+def test_make_test_installs_the_browser_and_says_so_first(tmp_path: Path) -> None:
+    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    lines = make(tmp_path, "-n", "test").stdout.splitlines()
+    install = lines.index("apt-get update && apt-get install -y chromium")
+    assert "Installing Debian's Chromium" in lines[install - 1]
+    assert lines[install - 1].startswith("echo ")
+    assert ".ci/run" not in lines  # CI runs `make test` itself
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")

@@ -505,8 +505,16 @@ class LocalBackend:
     def stop(self, training_id: str) -> None:
         tdir = self._dir(training_id)
         state = local_learners.read_json(tdir / "state.json")
-        if state is None:
-            return
+        if state is not None:
+            self._stop_learners(training_id, state)
+        # Its network even where no learner was recorded: a start that failed after making
+        # it (state.json is written once everything is prepared) leaves it to this.
+        if (tdir / "net").is_dir():
+            net = LearnerNetwork.attach(tdir / "net")
+            if net is not None:
+                net.destroy()  # whatever the user's commands started inside the namespaces
+
+    def _stop_learners(self, training_id: str, state: dict[str, Any]) -> None:
         groups = local_learners.process_groups(training_id, state)
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -517,9 +525,6 @@ class LocalBackend:
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-        net = LearnerNetwork.attach(tdir / "net")
-        if net is not None:
-            net.destroy()  # whatever the user's commands started inside the namespaces
 
     def cleanup(self, training_id: str) -> None:
         self.stop(training_id)

@@ -8,8 +8,12 @@ namespace; and every learner host name of a training must resolve to that learne
 Design (one code path for root and non-root users):
 
 * **Holder** - per training, ``setsid -f unshare --user --map-root-user --net --uts`` runs a small
-  shell script in its own session (it survives the worker that created it).  Inside its user
-  namespace it is "root" and owns a private network namespace with a bridge ``br0``.
+  shell script in its own session (it survives the worker that created it: a worker restarted
+  re-attaches, as its learners outlive it too).  Inside its user namespace it is "root" and
+  owns a private network namespace with a bridge ``br0``.  Its owner is its state directory:
+  the holder lives while ``state_dir`` exists, and once that is removed without a ``destroy``
+  (a cleanup that found no ``state.json``, the platform's home deleted) it kills every process
+  in its user namespace and exits, within ``WATCH_SECONDS``: nothing could reach it again.
 * **Learners** - for learner *i* the holder starts a sleeper ``unshare --net --uts`` (a net + UTS
   namespace owned by the holder's user namespace), sets its host name, brings ``lo`` up and links
   it to the bridge with a veth pair (``v<i>`` on the bridge, ``eth0`` = ``10.233.0.<i>/24`` in the
@@ -84,8 +88,12 @@ _MARK = "DLAAS_LEARNER_NETWORK"
 _CREATOR = "DLAAS_LEARNER_NETWORK_CREATOR"
 _PROBE_PREFIX = "dlaas-netns-probe-"
 
+# How often a holder looks whether its state directory is still there.
+WATCH_SECONDS = 2
+
 # Arguments: the host names.  Prints "#holder <pid>", then "<host> <sleeper pid>" per learner,
-# then closes stdout (the creator reads to EOF) and becomes the long-lived holder.
+# then closes stdout (the creator reads to EOF) and becomes the long-lived holder, alive
+# while its state directory (``DLAAS_LEARNER_NETWORK``) exists.
 _HOLDER_SCRIPT = r"""
 set -eu
 echo "#holder $$"
@@ -103,8 +111,19 @@ for h; do
   nsenter -t "$p" -n sh -c 'ip addr add "$1/24" dev eth0 && ip link set eth0 up' x "PFX$i"
   echo "$h $p"
 done
-exec sleep infinity </dev/null >/dev/null 2>&1
-""".replace("PFX", _PREFIX)
+exec </dev/null >/dev/null 2>&1
+# Alive while its state directory is: once that is gone (removed without a destroy, or
+# with the platform's home), nothing can reach this network again, so it ends itself
+# and every process in its user namespace (the sleepers, whatever was entered into them).
+while [ -d "$DLAAS_LEARNER_NETWORK" ]; do sleep WATCH; done
+me=$(readlink /proc/$$/ns/user)
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  if [ "$pid" != $$ ] && [ "$(readlink "$d/ns/user" 2>/dev/null)" = "$me" ]; then
+    kill -9 "$pid" 2>/dev/null || :
+  fi
+done
+""".replace("PFX", _PREFIX).replace("WATCH", str(WATCH_SECONDS))
 
 _ENTER_SCRIPT = 'mount --bind "$0" /etc/hosts && exec "$@"'
 
