@@ -9,7 +9,9 @@
 
 It makes its own data, logs `epoch=E loss=L` lines, checks once that `ddl.all_reduce_n`
 agrees with a plain MPI_Allreduce (`check`), prints a digest of its parameters at the end
-(identical on every rank), and rank 0 saves the weights (state_dict) to RESULT_DIR.
+(identical on every rank), and rank 0 exports the model as ONNX to
+RESULT_DIR/model/model.onnx (input `features`, output `logits`, a batch dimension of any
+size: deployable for scoring) beside its weights (state_dict, model/weights.pt).
 Without mpirun it is rank 0 of 1 and trains alone.
 """
 
@@ -86,6 +88,18 @@ def main() -> None:
         target = Path(os.environ["RESULT_DIR"]) / "model" / "weights.pt"
         target.parent.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), target)
+        model.eval()
+        torch.onnx.export(
+            model,
+            (torch.randn(2, FEATURES),),
+            str(target.with_name("model.onnx")),
+            input_names=["features"],
+            output_names=["logits"],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            dynamo=True,
+            external_data=False,  # the weights inside model.onnx: one file to deploy
+        )
+        print(f"exported {target.with_name('model.onnx')}", flush=True)
 
 
 if __name__ == "__main__":

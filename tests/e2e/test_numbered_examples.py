@@ -21,15 +21,18 @@ from tests.integration.test_numbered_manifests import MANIFESTS, example_of
 
 pytestmark = pytest.mark.e2e
 
-# Every numbered example trains a model and exports it as a SavedModel.
+# Every numbered example trains a model and exports it: a SavedModel (TensorFlow), or an
+# ONNX model (PyTorch).
 DEPLOYS = {manifest.name for manifest in MANIFESTS}
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    # The MPI examples' runtimes, from the shared directory (built there on first use).
+    # The MPI and PyTorch examples' runtimes, from the shared directory (built there on
+    # first use).
     ensure_runtime("horovod-tf2.14")
     ensure_runtime("ddl-tf2.14")
+    ensure_runtime("pytorch2.13")
     running = start_up(
         tmp_path_factory.mktemp("numbered") / "home", DLAAS_RUNTIMES_DIR=str(RUNTIMES_DIR)
     )
@@ -114,5 +117,5 @@ def tail(client: Client, training_id: str) -> str:
 
 
 def test_the_examples_are_every_numbered_manifest() -> None:
-    assert [m.name[:2] for m in MANIFESTS] == ["01", "02", "03", "04", "05", "06"]
+    assert [m.name[:2] for m in MANIFESTS] == ["01", "02", "03", "04", "05", "06", "07", "08"]
     assert all(isinstance(example_of(m), Path) for m in MANIFESTS)

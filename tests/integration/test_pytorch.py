@@ -220,7 +220,8 @@ def test_a_pytorch_ddl_training_agrees_with_mpi(live: LivePlatform) -> None:
     found = digests(log)
     assert set(found) == {0, 1} and found[0] == found[1], log[-4000:]
     assert "backend=gloo" in log
-    assert "model/weights.pt" in live.results(t["id"])
+    results = live.results(t["id"])
+    assert "model/weights.pt" in results and "model/model.onnx" in results
 
 
 def test_a_killed_pytorch_training_resumes_from_its_checkpoint(live: LivePlatform) -> None:
