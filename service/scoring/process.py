@@ -6,22 +6,21 @@ elsewhere), the sandbox of service.sandbox (the model directory and the Python r
 read-only, no network, a private /tmp, nothing of DLAAS_HOME or the platform) and an
 environment of a few variables (none of DLAAS_*). Before the model is loaded the process
 describes saved_model.pb and service.domain.model_ops decides whether it may be loaded at
-all. The process is untrusted: what it sends is read as frames of JSON and raw array
-bytes, bounded, and checked against the signatures before anything uses it; nothing of it
-is unpickled.
+all. The process is untrusted: what it sends is read as frames of a small header and raw
+array bytes, bounded (an answer no larger than its signature allows, service.scoring.answers),
+and checked against the signatures before anything uses it; nothing of it is unpickled.
+A call is made from a thread (`call`, blocking) or from the event loop (`start_call`: the
+frame written and the answer read as the socket is ready, service.scoring.loop_calls).
 
-`SupervisedModel` keeps one running: when its process exits (a crash, a kill, a call that
-did not end in DLAAS_SCORING_CALL_TIMEOUT) the calls waiting on it and those that follow
-get a 503 saying so, while it is restarted, with a backoff, and each event is reported.
-Other deployments and the scoring service itself go on.
+service.scoring.supervised keeps one running and restarts it when it exits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
@@ -31,24 +30,30 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from service import sandbox
-from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
-from service.domain.signature import SignatureInfo, TensorInfo
+from service.domain.model_ops import ATTRS_OF_INTEREST, forbidden_op
+from service.domain.signature import SignatureInfo
 from service.errors import DlaasError, ServiceUnavailable
 from service.scoring import model_server
-from service.scoring.batching import ModelUnloaded
+from service.scoring.answers import (
+    answer_limits,
+    check_outputs,
+    graphs_from_json,
+    signatures_from_json,
+)
+from service.scoring.loop_calls import Answer, LoopCall
 from service.scoring.model_server import (
-    DTYPES,
     MAX_GRAPH_HEADER,
     Closed,
+    FrameReader,
     WireError,
     encode,
+    encode_call,
     receive,
     send,
     tensors_of,
@@ -66,11 +71,6 @@ ENVIRONMENT = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 _MAX_MESSAGE = 600
-# Restarts wait 1 s, then twice as long each time, up to a minute; a process that ran a
-# minute starts the count again.
-_FIRST_BACKOFF = 1.0
-_MAX_BACKOFF = 60.0
-_STABLE = 60.0
 
 
 class ModelProblem(Exception):
@@ -158,130 +158,6 @@ def command(model_dir: Path, fds: list[int], config: ProcessConfig) -> tuple[lis
         f"no sandbox can be made on this machine to run the model in ({support.why}); "
         "on a one-user machine DLAAS_ALLOW_UNSANDBOXED=true runs models without one"
     )
-
-
-# ---- what the process says, checked ----
-
-
-def _strings(value: Any, what: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise WireError(f"{what}: a list of strings is expected")
-    return tuple(value)
-
-
-def _nodes(value: Any, *, inputs: bool) -> tuple[Node, ...]:
-    if not isinstance(value, list):
-        raise WireError("nodes: a list is expected")
-    nodes = []
-    for n in value:
-        if not isinstance(n, dict) or not isinstance(n.get("name"), str):
-            raise WireError("a node without a name")
-        if not isinstance(n.get("op"), str):
-            raise WireError(f"node {n['name']!r}: no op")
-        attrs = n.get("attrs", {})
-        if not isinstance(attrs, dict) or not all(isinstance(v, str) for v in attrs.values()):
-            raise WireError(f"node {n['name']!r}: attrs must be strings")
-        nodes.append(
-            Node(
-                name=n["name"],
-                op=n["op"],
-                inputs=_strings(n.get("inputs", []), "inputs") if inputs else (),
-                calls=_strings(n.get("calls", []), "calls"),
-                attrs={k: v for k, v in attrs.items() if k in ATTRS_OF_INTEREST},
-            )
-        )
-    return tuple(nodes)
-
-
-def graphs_from_json(value: Any) -> list[Graph]:
-    """The model process's description of saved_model.pb, checked."""
-    if not isinstance(value, list) or not value:
-        raise WireError("graph: a list of meta graphs is expected")
-    graphs = []
-    for g in value:
-        if not isinstance(g, dict) or not isinstance(g.get("functions"), dict):
-            raise WireError("graph: meta graphs with nodes and functions are expected")
-        graphs.append(
-            Graph(
-                nodes=_nodes(g.get("nodes"), inputs=True),
-                functions={
-                    str(name): _nodes(nodes, inputs=False) for name, nodes in g["functions"].items()
-                },
-                roots=_strings(g.get("roots", []), "roots"),
-                object_functions=_strings(g.get("object_functions", []), "object_functions"),
-            )
-        )
-    return graphs
-
-
-def _tensor_info(value: Any) -> TensorInfo:
-    if not isinstance(value, dict):
-        raise WireError("signature: tensors must be objects")
-    name, dtype, shape = value.get("name"), value.get("dtype"), value.get("shape")
-    if not isinstance(name, str) or not name or len(name) > 256:
-        raise WireError("signature: a tensor without a name")
-    if not isinstance(dtype, str) or not dtype.isidentifier() or len(dtype) > 32:
-        raise WireError(f"signature: tensor {name!r} has no dtype")
-    if shape is not None and not (
-        isinstance(shape, list)
-        and len(shape) <= model_server.MAX_DIMS
-        and all(d is None or (type(d) is int and d >= 0) for d in shape)
-    ):
-        raise WireError(f"signature: tensor {name!r} has no valid shape")
-    return TensorInfo(name, dtype, None if shape is None else tuple(shape))
-
-
-def signatures_from_json(value: Any) -> dict[str, SignatureInfo]:
-    """The model process's signatures, checked (they go to the database and the API)."""
-    if not isinstance(value, dict) or len(value) > 256:
-        raise WireError("signatures: an object of at most 256 signatures is expected")
-    signatures = {}
-    for name, sig in value.items():
-        if not isinstance(sig, dict) or len(name) > 256:
-            raise WireError("signatures: each signature must be an object")
-        inputs = sig.get("inputs")
-        outputs = sig.get("outputs")
-        if not isinstance(inputs, list) or not isinstance(outputs, list):
-            raise WireError(f"signature {name!r}: inputs and outputs are expected")
-        if len(inputs) > 1024 or len(outputs) > 1024:
-            raise WireError(f"signature {name!r}: too many tensors")
-        ins = [_tensor_info(t) for t in inputs]
-        outs = [_tensor_info(t) for t in outputs]
-        signatures[name] = SignatureInfo(name, {t.name: t for t in ins}, {t.name: t for t in outs})
-    return signatures
-
-
-_OBJECT = np.dtype(object)
-
-
-def _expected_dtype(info: TensorInfo) -> np.dtype[Any] | None:
-    """The dtype an output arrives in (None: any, a dtype that cannot cross)."""
-    if info.dtype == "string":
-        return _OBJECT
-    return np.dtype(info.dtype) if info.dtype in DTYPES else None
-
-
-def _check_outputs(
-    signature: SignatureInfo, outputs: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """The outputs, if they are the signature's, each of its dtype and shape."""
-    if outputs.keys() != signature.outputs.keys():
-        raise WireError(
-            f"outputs {sorted(outputs)} for signature '{signature.name}', whose outputs are "
-            f"{sorted(signature.outputs)}"
-        )
-    for name, array in outputs.items():
-        info = signature.outputs[name]
-        expected = _expected_dtype(info)
-        if expected is not None and array.dtype != expected:
-            got = "string" if array.dtype == _OBJECT else array.dtype.name
-            raise WireError(f"output {name!r} of dtype {got}, not {info.dtype}")
-        if info.shape is not None and (
-            len(info.shape) != array.ndim
-            or any(e is not None and e != g for e, g in zip(info.shape, array.shape, strict=True))
-        ):
-            raise WireError(f"output {name!r} of shape {list(array.shape)}, not {info.describe()}")
-    return outputs
 
 
 # ---- one process ----
@@ -394,10 +270,12 @@ class ModelProcess:
         self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         """The outputs of `signature` on `tensors`; ModelInputError (the caller's inputs),
-        ModelFailed (the model's own failure) or _Gone (the process is gone)."""
+        ModelFailed (the model's own failure) or _Gone (the process is gone). Blocks this
+        thread (`start_call` is the event loop's way)."""
         timeout = self.config.call_timeout
         deadline = time.monotonic() + timeout
-        frame = encode({"op": "call", "signature": signature.name}, tensors)
+        frame = encode_call(signature.name, tensors)
+        max_header, max_body = answer_limits(signature, _rows(tensors))
         try:
             conn = self._take(deadline)
         except TimeoutError as e:
@@ -407,29 +285,105 @@ class ModelProcess:
         try:
             conn.settimeout(timeout)
             send(conn, frame)
-            header, body = receive(conn, deadline=deadline)
-            op = header.get("op")
-            if op == "error":
-                healthy = True
-                message = _clip(str(header.get("message")))
-                if header.get("kind") == "input":
-                    raise ModelInputError(message)
-                raise ModelFailed(f"the model of deployment {self.name} failed: {message}")
-            if op != "result":
-                raise WireError(f"{op!r} where a result was expected")
-            outputs = _check_outputs(signature, tensors_of(header, body))
+            header, body = receive(
+                conn, deadline=deadline, max_header=max_header, max_body=max_body
+            )
+            outputs = self._answer(signature, header, body)
             healthy = True
             return outputs
+        except (ModelInputError, ModelFailed):
+            healthy = True
+            raise
         except TimeoutError as e:
             self.stop(f"was stopped: a call took longer than {timeout:g} s")
             raise _Gone() from e
         except (Closed, OSError) as e:
             raise _Gone() from e
         except WireError as e:
-            self.stop(f"was stopped: it answered what no model process does ({_clip(str(e))})")
+            self.stop(self._broke(e))
             raise _Gone() from e
         finally:
             self._give(conn, healthy)
+
+    def _answer(
+        self, signature: SignatureInfo, header: dict[str, Any], body: memoryview
+    ) -> dict[str, np.ndarray]:
+        """The outputs an answer carries, checked against `signature`; the errors it
+        reports raised (ModelInputError, ModelFailed); WireError if it is neither."""
+        op = header.get("op")
+        if op == "error":
+            message = _clip(str(header.get("message")))
+            if header.get("kind") == "input":
+                raise ModelInputError(message)
+            raise ModelFailed(f"the model of deployment {self.name} failed: {message}")
+        if op != "result":
+            raise WireError(f"{op!r} where a result was expected")
+        return check_outputs(signature, tensors_of(header, body))
+
+    @staticmethod
+    def _broke(error: WireError) -> str:
+        return f"was stopped: it answered what no model process does ({_clip(str(error))})"
+
+    def start_call(
+        self,
+        signature: SignatureInfo,
+        tensors: Mapping[str, np.ndarray],
+        loop: asyncio.AbstractEventLoop,
+        gone: Callable[[asyncio.Future[dict[str, np.ndarray]]], None],
+    ) -> asyncio.Future[dict[str, np.ndarray]] | None:
+        """`call` driven by the running `loop`, no thread in between: a future of the
+        outputs (or of call's ModelInputError, ModelFailed), or None when every connection
+        is taken (try again when a call ends). Where call raises _Gone, `gone(future)`
+        is called to fail it. Whatever the process must be stopped for is stopped in a
+        worker thread, never on the loop."""
+        with self._cond:
+            if self._gone is not None:
+                raise _Gone()
+            if not self._idle:
+                return None
+            conn = self._idle.pop()
+        future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+        try:
+            frame = encode_call(signature.name, tensors)
+            max_header, max_body = answer_limits(signature, _rows(tensors))
+        except BaseException:
+            self._give(conn, True)
+            raise
+        timeout = self.config.call_timeout
+
+        def done(outcome: Answer | BaseException) -> None:
+            healthy = False
+            try:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                outputs = self._answer(signature, *outcome)
+                healthy = True
+                if not future.done():
+                    future.set_result(outputs)
+            except (ModelInputError, ModelFailed) as e:
+                healthy = True
+                if not future.done():
+                    future.set_exception(e)
+            except TimeoutError:
+                self._stop_soon(loop, f"was stopped: a call took longer than {timeout:g} s")
+                gone(future)
+            except WireError as e:
+                self._stop_soon(loop, self._broke(e))
+                gone(future)
+            except (Closed, OSError):
+                gone(future)
+            finally:
+                self._give(conn, healthy)
+
+        LoopCall(loop, conn, frame, FrameReader(max_header=max_header, max_body=max_body),
+                 timeout, done)  # fmt: skip
+        return future
+
+    def _stop_soon(self, loop: asyncio.AbstractEventLoop, why: str) -> None:
+        """`stop` in a worker thread (it waits for the process); the reason is kept now."""
+        if self._stopped is None:
+            self._stopped = why
+        loop.run_in_executor(None, self.stop, why)
 
     def _take(self, deadline: float) -> socket.socket:
         with self._cond:
@@ -505,103 +459,7 @@ class ModelProcess:
                     popen.stdout.close()
 
 
-# ---- one deployment's, kept running ----
-
-Report = Callable[[str, str], None]
-
-
-class SupervisedModel:
-    """A deployment's model process, restarted when it exits; `report(deployment_id,
-    message)` is told each time it goes down and comes back."""
-
-    def __init__(self, name: str, model_dir: Path, config: ProcessConfig, report: Report) -> None:
-        self.name = name
-        self.model_dir = model_dir
-        self.config = config
-        self.report = report
-        self.signatures: dict[str, SignatureInfo] = {}
-        self._process: ModelProcess | None = None
-        self._down = "is not started"
-        self._retry_at = 0.0
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the first process; ModelProblem says why it cannot."""
-        process = ModelProcess(self.name, self.model_dir, self.config)
-        process.start()
-        self.signatures = process.signatures
-        self._process = process
-        self._thread = threading.Thread(target=self._watch, name=f"model-{self.name}", daemon=True)
-        self._thread.start()
-
-    def call(
-        self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        process = self._process
-        if process is None:
-            raise self._unavailable(self._down)
-        try:
-            return process.call(signature, tensors)
-        except _Gone as e:
-            raise self._unavailable(process.exit_reason(wait=2)) from e
-
-    def _unavailable(self, why: str) -> Exception:
-        if self._closed.is_set():
-            return ModelUnloaded("the model was unloaded")
-        retry = max(1, math.ceil(self._retry_at - time.monotonic()))
-        return ModelDown(
-            f"the model process of deployment {self.name} {why}; it is being restarted",
-            retry_after=retry,
-        )
-
-    def _watch(self) -> None:
-        backoff = _FIRST_BACKOFF
-        while not self._closed.is_set():
-            process = self._process
-            assert process is not None
-            process.wait()
-            if self._closed.is_set():
-                return
-            how = process.exit_reason(wait=1)
-            if time.monotonic() - process.started >= _STABLE:
-                backoff = _FIRST_BACKOFF
-            self._down = how
-            self._process = None
-            self._retry_at = time.monotonic() + backoff
-            self.report(self.name, f"the model process {how}; it is being restarted")
-            while True:
-                if self._closed.wait(backoff):
-                    return
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                replacement = ModelProcess(self.name, self.model_dir, self.config)
-                try:
-                    replacement.start()
-                except ModelRefused as e:
-                    self._down = f"{how}, and cannot be restarted: {e}"
-                    self.report(self.name, f"the model process {self._down}")
-                    return
-                except Exception as e:
-                    self._down = f"{how}, and could not be restarted ({e})"
-                    self._retry_at = time.monotonic() + backoff
-                    self.report(
-                        self.name,
-                        f"the model process {self._down}; trying again in {backoff:g} s",
-                    )
-                    continue
-                if self._closed.is_set():
-                    replacement.stop("was unloaded")
-                    return
-                self._process = replacement
-                when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                self.report(self.name, f"the model process was restarted at {when} after it {how}")
-                break
-
-    def close(self) -> None:
-        """Stop the process for good (the deployment was deleted, the service stops)."""
-        self._closed.set()
-        process = self._process
-        if process is not None:
-            process.stop("was unloaded")
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(15)
+def _rows(tensors: Mapping[str, np.ndarray]) -> int | None:
+    """The instances of a call: the first dimension its inputs share, if they do."""
+    firsts = {t.shape[0] if t.ndim else None for t in tensors.values()}
+    return firsts.pop() if len(firsts) == 1 else None
