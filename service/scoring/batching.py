@@ -285,6 +285,7 @@ class _LoopPending:
     tensors: Tensors
     rows: int
     future: asyncio.Future[Outputs]
+    since: float  # loop.time() when it was submitted
 
 
 # How soon a batcher whose model had no free connection (taken by calls from threads, or
@@ -318,7 +319,6 @@ class LoopBatcher:
         self._running = 0  # calls of this batcher in flight
         self._scheduled = False  # a pass of _pump is due
         self._waiting: asyncio.TimerHandle | None = None  # waiting for announced requests
-        self._waited = False  # ... and that wait is over
         self._closed = False
 
     def submit(self, tensors: Tensors, rows: int) -> Future[Outputs]:
@@ -332,7 +332,7 @@ class LoopBatcher:
             return self._threads.submit(tensors, rows)
         self._loop = loop
         future: asyncio.Future[Outputs] = loop.create_future()
-        self._queue.append(_LoopPending(tensors, rows, future))
+        self._queue.append(_LoopPending(tensors, rows, future, loop.time()))
         self._queued_rows += rows
         # Looked at once the caller has said it arrived (it submits, then says so), and
         # with whatever else this pass of the loop submits.
@@ -366,11 +366,15 @@ class LoopBatcher:
             full = self._queued_rows >= self.max_batch_size
             if self._running and not full:
                 return  # gathering until the running call ends or a batch is full
-            if not full and not self._waited and self._coming():
-                if self._waiting is None:
-                    assert self._loop is not None
-                    self._waiting = self._loop.call_later(self.max_wait, self._wait_over)
-                return
+            if not full and self._coming():
+                # Announced requests may join, until max_wait after the oldest one queued
+                # (which may have waited out a running call already).
+                assert self._loop is not None
+                delay = self._queue[0].since + self.max_wait - self._loop.time()
+                if delay > 0:
+                    if self._waiting is None:
+                        self._waiting = self._loop.call_later(delay, self._wait_over)
+                    return
             batch = self._take()
             if not batch:
                 continue
@@ -395,7 +399,6 @@ class LoopBatcher:
 
     def _wait_over(self) -> None:
         self._waiting = None
-        self._waited = True
         self._pump()
 
     def _take(self) -> list[_LoopPending]:
@@ -404,7 +407,6 @@ class LoopBatcher:
         if self._waiting is not None:
             self._waiting.cancel()
             self._waiting = None
-        self._waited = False
         batch: list[_LoopPending] = []
         rows = 0
         shape = None

@@ -283,3 +283,24 @@ def test_an_answer_may_hold_no_more_than_its_signature_says() -> None:
     assert answer_limits(open_sig, 10)[1] == model_server.MAX_BODY
     strings = SignatureInfo("s", sig.inputs, {"y": TensorInfo("y", "string", (None,))})
     assert answer_limits(strings, 10)[1] == model_server.MAX_BODY
+
+
+def test_requests_that_waited_out_a_running_call_go_at_once_when_it_ends() -> None:
+    """The wait for announced requests counts from the oldest queued request: those
+    gathered while a call ran (longer than max_wait) are not held back again after it."""
+
+    async def main() -> None:
+        model, arrivals = LoopModel(), Arrivals()
+        b = batcher(model, arrivals=arrivals, max_wait=0.05)
+        b.submit(rows(0, 1), 1)
+        await settle()
+        with arrivals.coming() as arrived:
+            b.submit(rows(0, 1), 1)
+            arrived()
+            with arrivals.coming():  # a third is on its way the whole time
+                await asyncio.sleep(0.1)  # longer than max_wait: the first call still runs
+                model.answer(0)
+                await settle()
+                assert [r for r, _ in model.calls] == [1, 1]
+
+    asyncio.run(main())
