@@ -32,6 +32,7 @@ Models, from no compute to much: `keras-single` (examples/keras-single, 2-16-1),
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import subprocess
 import sys
@@ -544,15 +545,49 @@ def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any
     ).emit()
 
 
-def run(quick: bool, only: str | None = None) -> list[Row]:
+def model_rows(model: Model) -> list[str]:
+    """The rows measuring `model` (besides the headline rows, which are mlp's)."""
+    prefix = f"scoring_{model.name}"
+    return [
+        f"scoring_grpc_{model.name}_b64",
+        *(f"{prefix}_b{b}_{m}" for b in (1, 64) for m in ("predictions_per_s", "p50", "p99")),
+        *(f"{prefix}_b{b}_c1_predictions_per_s" for b in (1, 64)),
+        f"{prefix}_batching_c{BATCHING_CONCURRENCY}_b1_requests_per_s",
+        *([TFS_ROW] if model.name == TFS_MODEL else []),
+    ]
+
+
+def models_for(rows: list[str] | None) -> tuple[Model, ...]:
+    """The models whose rows match `rows` (names or shell patterns; None: all)."""
+    if rows is None:
+        return MODELS
+    headline = any(fnmatch.fnmatchcase(h, p) for h in HEADLINE for p in rows)
+    return tuple(
+        m
+        for m in MODELS
+        if (headline and m.name == "mlp")
+        or any(fnmatch.fnmatchcase(r, p) for r in model_rows(m) for p in rows)
+    )
+
+
+HEADLINE = ("scoring_batch64", "scoring_batching_gain")
+
+
+def run(quick: bool, rows: list[str] | None = None) -> list[Row]:
     """Every scoring row, then the two headline rows of benchmarks/run.py: the "small dense
     model" is `mlp` (the tiny keras-single model's ratios are in their own rows). With
-    `only` (TFS_ROW), that row alone."""
+    `rows`, only the models those rows measure are trained and measured."""
     args = argparse.Namespace(seconds=1.0 if quick else 1.5, repeats=3 if quick else 5)
-    if only == TFS_ROW:
+    if rows == [TFS_ROW]:  # TensorFlow Serving's REST path alone
         return run_tfs_only(args)
-    rows = run_all(args)
+    rows_out = run_all(args, models_for(rows))
+    return rows_out + headline_rows(rows_out)
+
+
+def headline_rows(rows: list[Row]) -> list[Row]:
     by_name = {r.name: r for r in rows}
+    if "scoring_mlp_b64_predictions_per_s" not in by_name:
+        return []
     served = by_name["scoring_mlp_b64_predictions_per_s"]
     batching = by_name[f"scoring_mlp_batching_c{BATCHING_CONCURRENCY}_b1_requests_per_s"]
     ratios = {
@@ -560,7 +595,8 @@ def run(quick: bool, only: str | None = None) -> list[Row]:
         for r in rows
         if r.name.endswith(("_b64_predictions_per_s", "_b1_requests_per_s"))
     }
-    rows.append(
+    headline = []
+    headline.append(
         Row(
             "scoring_batch64",
             served.value,
@@ -570,7 +606,7 @@ def run(quick: bool, only: str | None = None) -> list[Row]:
             detail={"model": "mlp", "target": "ratio >= 0.8", "all_models": ratios},
         ).emit()
     )
-    rows.append(
+    headline.append(
         Row(
             "scoring_batching_gain",
             batching.value,
@@ -580,10 +616,10 @@ def run(quick: bool, only: str | None = None) -> list[Row]:
             detail={"model": "mlp", "target": "ratio >= 2", "all_models": ratios},
         ).emit()
     )
-    return rows
+    return headline
 
 
-def run_all(args: Any) -> list[Row]:
+def run_all(args: Any, models: tuple[Model, ...] = MODELS) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="dlaas-bench-scoring-") as tmp:
         bench = Bench(Path(tmp) / "home", catalog_file(Path(tmp)))
@@ -592,8 +628,8 @@ def run_all(args: Any) -> list[Row]:
             bench.create_tenant(url)
             bench.spawn("worker", ["-m", "worker"])
             bench.spawn("monitor", ["-m", "worker.monitor"])
-            with ThreadPoolExecutor(len(MODELS)) as pool:  # trained side by side
-                futures = [pool.submit(train_and_deploy, bench, url, m) for m in MODELS]
+            with ThreadPoolExecutor(len(models)) as pool:  # trained side by side
+                futures = [pool.submit(train_and_deploy, bench, url, m) for m in models]
                 deployed = [f.result() for f in futures]
             bench.stop("worker")  # nothing else runs while we measure
             bench.stop("monitor")
@@ -603,7 +639,7 @@ def run_all(args: Any) -> list[Row]:
                 with bench.client(bench.urls[api]) as http:
                     for deployment_id, _ in deployed:
                         wait_ready(http, deployment_id)
-            for model, (deployment_id, model_dir) in zip(MODELS, deployed, strict=True):
+            for model, (deployment_id, model_dir) in zip(models, deployed, strict=True):
                 rows += endpoint_vs_in_process(bench, url, model, deployment_id, model_dir, args)
                 rows.append(batching_on_vs_off(bench, model, deployment_id, args))
                 if model.name == TFS_MODEL:
@@ -637,6 +673,6 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repeats")
-    parser.add_argument("--only", choices=[TFS_ROW], help="measure this row alone")
+    parser.add_argument("--rows", nargs="*", help="only the models these rows measure")
     parsed = parser.parse_args()
-    run(parsed.quick, parsed.only)
+    run(parsed.quick, parsed.rows)

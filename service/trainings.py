@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -56,7 +57,8 @@ def create_training(
     secrets: SecretBox | None = None,
     submitted: Submitted | None = None,
 ) -> Training:
-    """Store the code archive and insert the training QUEUED, with one row per learner.
+    """Store the code archive and insert the training QUEUED, with one row per learner
+    (the two at once: the archive is stored in a thread while the rows are flushed).
 
     The data-store credentials of the manifest are stored encrypted with `secrets`
     (required when the manifest has a data or results reference). `submitted`: the
@@ -100,13 +102,24 @@ def create_training(
         notes = f"translated from {submitted.format_name}: {'; '.join(submitted.notes)}"
     training.events = [StatusEvent(status=TrainingState.QUEUED, at=now, message=notes)]
     session.add(training)
+    # The archive goes to the store while the rows go to the database (each a wait on a
+    # server): the submission takes the longer of the two, not their sum.
+    upload = _UPLOADS.submit(store.put_file, key, archive)
     try:
-        session.flush()
-        store.put_file(key, archive)
+        try:
+            session.flush()
+        finally:
+            stored = upload.exception()  # waited for either way, so nothing lands later
+        if stored is not None:
+            raise stored
     except BaseException:
         store.delete_prefix(keys.training_prefix(training_id))
         raise
     return training
+
+
+# Threads storing submitted archives (each is waited for by its submission).
+_UPLOADS = ThreadPoolExecutor(16, thread_name_prefix="archive-upload")
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,15 +58,47 @@ def make_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    # Pre-ping: a pooled connection the server closed (a restart) is replaced before use,
-    # so the first request after the database comes back succeeds.
-    return create_engine(
+    # Pinged before use when idle (`_ping_if_idle`): a pooled connection the server closed
+    # (a restart) is replaced before use, so the first request after the database comes
+    # back succeeds.
+    engine = create_engine(
         url,
-        pool_pre_ping=True,
         pool_size=10,
         max_overflow=20,
         connect_args=server_connect_args(url),
     )
+    event.listen(engine, "connect", _checked_in)  # a new connection needs no ping
+    event.listen(engine, "checkin", _checked_in)
+    event.listen(engine, "checkout", _ping_if_idle)
+    return engine
+
+
+# A pooled server connection idle longer than this is pinged before it is used again.
+# pool_pre_ping pinged every checkout: a round trip to the server per transaction, as long
+# as the query it guards on a busy API. A connection returned within the second was in
+# use then, so the server was there; one the server dropped since fails its request once
+# (503, as during the outage), and the pool replaces it.
+IDLE_PING_SECONDS = 1.0
+
+
+def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+    record.info["checked_in"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """Ping a connection idle for more than IDLE_PING_SECONDS (or never used); a dead one
+    is DisconnectionError, on which the pool opens another in its place."""
+    last = record.info.get("checked_in")
+    if last is not None and time.monotonic() - last <= IDLE_PING_SECONDS:
+        return
+    try:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT 1")
+        finally:
+            cursor.close()
+    except Exception as e:
+        raise sa_exc.DisconnectionError(f"a pooled connection is gone: {e}") from e
 
 
 def server_connect_args(url: str | URL) -> dict[str, Any]:

@@ -4,6 +4,7 @@ process of its own (service.scoring.process), and called through a batcher."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -21,11 +22,13 @@ from service.scoring.batching import (
     Arrivals,
     DirectRunner,
     DynamicBatcher,
+    LoopBatcher,
     ModelUnloaded,
     Runner,
     Tensors,
 )
-from service.scoring.process import ModelProblem, ProcessConfig, SupervisedModel
+from service.scoring.process import ModelProblem, ProcessConfig
+from service.scoring.supervised import SupervisedModel
 from service.storage.base import ObjectStore
 from service.ttlcache import TtlCache
 
@@ -118,12 +121,19 @@ class ServedModel:
 
             runner: Runner
             if b.enabled and self.signatures[signature].batchable:
-                runner = DynamicBatcher(
+                threads = DynamicBatcher(
                     call,
                     max_batch_size=b.max_batch_size,
                     max_wait=b.max_wait,
                     threads=b.threads,
                     name=self._name,
+                    arrivals=self.arrivals,
+                )
+                runner = LoopBatcher(
+                    functools.partial(self.model.start_call, info),
+                    threads,
+                    max_batch_size=b.max_batch_size,
+                    max_wait=b.max_wait,
                     arrivals=self.arrivals,
                 )
             else:

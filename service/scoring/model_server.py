@@ -9,11 +9,16 @@ scoring service imports it for the wire format that both ends speak, and nothing
 
 The process talks over the connected Unix sockets it inherits (`--fd`; socket pairs, so
 there is no path to connect to, and nothing listens). Every message is a frame: a 12-byte
-prefix (header length u32, body length u64, little-endian), a JSON header, and a body of
-raw array bytes. The header lists the arrays (`tensors`: name, dtype, shape, nbytes) in the
+prefix (header length u32, body length u64, little-endian), a header, and a body of raw
+array bytes. The header lists the arrays (`tensors`: name, dtype, shape, nbytes) in the
 order of their bytes in the body; numbers are little-endian, strings an array of u64
-lengths followed by the bytes. Nothing is pickled; the receiving end checks every length,
-dtype and shape before it makes an array of a frame.
+lengths followed by the bytes. The start-up conversation's headers are JSON objects; the
+calls and their answers have a binary header of a few bytes (`encode_call`,
+`encode_result`, `encode_error`: an op byte, the signature's name or the error, then per
+tensor its name, dtype code, dimensions and byte count), read into the same shape as the
+JSON ones. Nothing is pickled or parsed as JSON per call; the receiving end checks every
+length, dtype and shape before it makes an array of a frame, and the numbers' bytes are
+used where they lie in the frame (numpy views, not copies).
 
 The conversation, on the first socket:
 
@@ -84,6 +89,16 @@ _WIRE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES if name != "s
 _NAMES = {dtype: name for name, dtype in _WIRE.items()}
 
 
+# Binary headers: the op, then what it carries (see encode_call and _binary_header).
+_CALL, _RESULT, _ERROR = 1, 2, 3
+_ERROR_KINDS = ("input", "model")
+_DTYPE_CODES = tuple(sorted(DTYPES))
+_CODE_OF = {name: i for i, name in enumerate(_DTYPE_CODES)}
+_U8, _U16, _U64 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<Q")
+_TENSOR_HEAD = struct.Struct("<BB")  # dtype code, dimensions
+_TENSOR_TAIL = struct.Struct("<Q")  # nbytes
+
+
 class WireError(ValueError):
     """A frame that does not follow the format (or its limits)."""
 
@@ -122,6 +137,53 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         body += nbytes
     text = json.dumps({**header, "tensors": specs}, separators=(",", ":")).encode()
     return [PREFIX.pack(len(text), body), text, *buffers]
+
+
+def _tensors(
+    tensors: Mapping[str, np.ndarray],
+) -> tuple[list[bytes], list[bytes | memoryview], int]:
+    """The binary tensor list of a header (count first), the buffers and their length."""
+    head = [_U16.pack(len(tensors))]
+    buffers: list[bytes | memoryview] = []
+    body = 0
+    for name, value in tensors.items():
+        array = np.asarray(value)
+        dtype, raw, nbytes = _raw(array)
+        encoded = name.encode()
+        head += [
+            _U16.pack(len(encoded)),
+            encoded,
+            _TENSOR_HEAD.pack(_CODE_OF[dtype], array.ndim),
+            struct.pack(f"<{array.ndim}Q", *array.shape),
+            _TENSOR_TAIL.pack(nbytes),
+        ]
+        buffers += raw
+        body += nbytes
+    return head, buffers, body
+
+
+def _binary(head: list[bytes], tensors: Mapping[str, np.ndarray]) -> Frame:
+    listed, buffers, body = _tensors(tensors)
+    text = b"".join([*head, *listed])
+    return [PREFIX.pack(len(text), body), text, *buffers]
+
+
+def encode_call(signature: str, tensors: Mapping[str, np.ndarray]) -> Frame:
+    """A call of `signature` on `tensors`, with a binary header."""
+    name = signature.encode()
+    return _binary([_U8.pack(_CALL), _U16.pack(len(name)), name], tensors)
+
+
+def encode_result(tensors: Mapping[str, np.ndarray]) -> Frame:
+    """A call's outputs, with a binary header."""
+    return _binary([_U8.pack(_RESULT)], tensors)
+
+
+def encode_error(kind: str, message: str) -> Frame:
+    """A call's error (`kind`: input or model), with a binary header."""
+    text = message.encode(errors="replace")[:4096]
+    code = _ERROR_KINDS.index(kind)
+    return _binary([_U8.pack(_ERROR), _U8.pack(code), _U16.pack(len(text)), text], {})
 
 
 def send(sock: socket.socket, frame: Frame) -> None:
@@ -184,13 +246,122 @@ def receive(
         frame[:got] = memoryview(first)[:got]
     _read(sock, memoryview(frame)[got:total], total - got, deadline)
     view = memoryview(frame)[:total]
+    header = parse_header(view[PREFIX.size : PREFIX.size + header_length])
+    return header, view[PREFIX.size + header_length :]
+
+
+def parse_header(raw: memoryview) -> dict[str, Any]:
+    """A frame's header as a dict: a JSON object, or a binary header read into the same
+    shape ({"op", "signature" | "kind" and "message", "tensors": [...]}); WireError if it
+    is neither."""
+    if len(raw) and raw[0] in (_CALL, _RESULT, _ERROR):  # no JSON text starts so
+        return _binary_header(raw)
     try:
-        header = json.loads(view[PREFIX.size : PREFIX.size + header_length].tobytes())
+        header = json.loads(raw.tobytes())
     except ValueError as e:
         raise WireError(f"a header that is not JSON ({e})") from e
     if not isinstance(header, dict):
         raise WireError("a header that is not a JSON object")
-    return header, view[PREFIX.size + header_length :]
+    return header
+
+
+def _text(raw: memoryview, offset: int, size: struct.Struct, what: str) -> tuple[str, int]:
+    (length,) = size.unpack_from(raw, offset)
+    offset += size.size
+    if offset + length > len(raw):
+        raise WireError(f"a header whose {what} runs past its end")
+    try:
+        return bytes(raw[offset : offset + length]).decode(), offset + length
+    except UnicodeDecodeError as e:
+        raise WireError(f"a header whose {what} is not UTF-8") from e
+
+
+def _binary_header(raw: memoryview) -> dict[str, Any]:
+    try:
+        op = raw[0]
+        offset = 1
+        header: dict[str, Any]
+        if op == _CALL:
+            signature, offset = _text(raw, offset, _U16, "signature")
+            header = {"op": "call", "signature": signature}
+        elif op == _RESULT:
+            header = {"op": "result"}
+        elif op == _ERROR:
+            (kind,) = _U8.unpack_from(raw, offset)
+            if kind >= len(_ERROR_KINDS):
+                raise WireError(f"an error of kind {kind}")
+            message, offset = _text(raw, offset + 1, _U16, "message")
+            header = {"op": "error", "kind": _ERROR_KINDS[kind], "message": message}
+        else:  # pragma: no cover - parse_header sends only these ops here
+            raise WireError(f"a binary header of op {op}")
+        (count,) = _U16.unpack_from(raw, offset)
+        offset += _U16.size
+        specs = []
+        for _ in range(count):
+            name, offset = _text(raw, offset, _U16, "tensor name")
+            code, ndim = _TENSOR_HEAD.unpack_from(raw, offset)
+            offset += _TENSOR_HEAD.size
+            if code >= len(_DTYPE_CODES) or ndim > MAX_DIMS:
+                raise WireError(f"tensor {name!r}: dtype code {code}, {ndim} dimensions")
+            shape = list(struct.unpack_from(f"<{ndim}Q", raw, offset))
+            offset += 8 * ndim
+            (nbytes,) = _TENSOR_TAIL.unpack_from(raw, offset)
+            offset += _TENSOR_TAIL.size
+            specs.append(
+                {"name": name, "dtype": _DTYPE_CODES[code], "shape": shape, "nbytes": nbytes}
+            )
+    except struct.error as e:
+        raise WireError(f"a binary header cut short ({e})") from e
+    if offset != len(raw):
+        raise WireError(f"{len(raw) - offset} bytes past the end of a binary header")
+    header["tensors"] = specs
+    return header
+
+
+class FrameReader:
+    """One frame read from a non-blocking socket as its bytes come (the event loop's side
+    of `receive`, with the same limits and checks): `read_from` returns the header and
+    body once the frame is whole, None while it is not; Closed, WireError as `receive`."""
+
+    def __init__(self, *, max_header: int = MAX_HEADER, max_body: int = MAX_BODY) -> None:
+        self.max_header = max_header
+        self.max_body = max_body
+        self._frame = bytearray(_FIRST)
+        self._got = 0
+        self._total = 0  # 0 until the prefix is in
+
+    def read_from(self, sock: socket.socket) -> tuple[dict[str, Any], memoryview] | None:
+        while True:
+            end = self._total or len(self._frame)
+            try:
+                n = sock.recv_into(memoryview(self._frame)[self._got : end])
+            except (BlockingIOError, InterruptedError):
+                return None
+            if n == 0:
+                raise Closed("the other end closed the connection")
+            self._got += n
+            if not self._total and self._got >= PREFIX.size:
+                self._sized()
+            if self._total and self._got == self._total:
+                view = memoryview(self._frame)[: self._total]
+                header_length, _ = PREFIX.unpack_from(self._frame)
+                header = parse_header(view[PREFIX.size : PREFIX.size + header_length])
+                return header, view[PREFIX.size + header_length :]
+
+    def _sized(self) -> None:
+        header_length, body_length = PREFIX.unpack_from(self._frame)
+        if header_length > self.max_header:
+            raise WireError(f"a header of {header_length} bytes (at most {self.max_header})")
+        if body_length > self.max_body:
+            raise WireError(f"a body of {body_length} bytes (at most {self.max_body})")
+        total = PREFIX.size + header_length + body_length
+        if self._got > total:
+            raise WireError("bytes past the end of the frame")
+        if total > len(self._frame):
+            frame = bytearray(total)
+            frame[: self._got] = memoryview(self._frame)[: self._got]
+            self._frame = frame
+        self._total = total
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -428,11 +599,11 @@ def _serve(model: Any, sock: socket.socket) -> None:
                 raise WireError(f"unexpected message {header.get('op')!r}")
             try:
                 outputs = model.call(str(header.get("signature")), tensors_of(header, body))
-                frame = encode({"op": "result"}, outputs)
+                frame = encode_result(outputs)
             except InputRefused as e:
-                frame = encode({"op": "error", "kind": "input", "message": str(e)})
+                frame = encode_error("input", str(e))
             except Exception as e:
-                frame = encode({"op": "error", "kind": "model", "message": _first_line(e)})
+                frame = encode_error("model", _first_line(e))
             send(sock, frame)
     except (Closed, OSError, WireError):
         pass

@@ -8,21 +8,21 @@ read-only, no network, a private /tmp, nothing of DLAAS_HOME or the platform) an
 environment of a few variables (none of DLAAS_*). Before the model is loaded the process
 describes saved_model.pb (or model.onnx) and service.domain.model_ops (or
 service.domain.onnx_rules) decides whether it may be loaded at all. The process is
-untrusted: what it sends is read as frames of JSON and raw array bytes, bounded, and
-checked against the signatures before anything uses it; nothing of it is unpickled.
+untrusted: what it sends is read as frames of a small header and raw array bytes,
+bounded (an answer no larger than its signature allows: process_messages.answer_limits),
+and checked against the signatures before anything uses it; nothing of it is unpickled.
+A call is made from a thread (`call`, blocking) or from the event loop (`start_call`: the
+frame written and the answer read as the socket is ready, service.scoring.loop_calls).
 
-`SupervisedModel` keeps one running: when its process exits (a crash, a kill, a call that
-did not end in DLAAS_SCORING_CALL_TIMEOUT) the calls waiting on it and those that follow
-get a 503 saying so, while it is restarted, with a backoff, and each event is reported.
-Other deployments and the scoring service itself go on.
+service.scoring.supervised keeps one running and restarts it when it exits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,17 +42,20 @@ from service.domain.model_ops import ATTRS_OF_INTEREST
 from service.domain.signature import SignatureInfo
 from service.errors import DlaasError, ServiceUnavailable
 from service.scoring import model_server
-from service.scoring.batching import ModelUnloaded
+from service.scoring.loop_calls import Answer, LoopCall
 from service.scoring.model_server import (
     MAX_GRAPH_HEADER,
     Closed,
+    FrameReader,
     WireError,
     encode,
+    encode_call,
     receive,
     send,
     tensors_of,
 )
 from service.scoring.process_messages import (
+    answer_limits,
     check_outputs,
     refusal,
     signatures_from_json,
@@ -73,11 +75,6 @@ ENVIRONMENT = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 _MAX_MESSAGE = 600
-# Restarts wait 1 s, then twice as long each time, up to a minute; a process that ran a
-# minute starts the count again.
-_FIRST_BACKOFF = 1.0
-_MAX_BACKOFF = 60.0
-_STABLE = 60.0
 
 
 class ModelProblem(Exception):
@@ -277,10 +274,12 @@ class ModelProcess:
         self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         """The outputs of `signature` on `tensors`; ModelInputError (the caller's inputs),
-        ModelFailed (the model's own failure) or _Gone (the process is gone)."""
+        ModelFailed (the model's own failure) or _Gone (the process is gone). Blocks this
+        thread (`start_call` is the event loop's way)."""
         timeout = self.config.call_timeout
         deadline = time.monotonic() + timeout
-        frame = encode({"op": "call", "signature": signature.name}, tensors)
+        frame = encode_call(signature.name, tensors)
+        max_header, max_body = answer_limits(signature, _rows(tensors))
         try:
             conn = self._take(deadline)
         except TimeoutError as e:
@@ -290,29 +289,105 @@ class ModelProcess:
         try:
             conn.settimeout(timeout)
             send(conn, frame)
-            header, body = receive(conn, deadline=deadline)
-            op = header.get("op")
-            if op == "error":
-                healthy = True
-                message = _clip(str(header.get("message")))
-                if header.get("kind") == "input":
-                    raise ModelInputError(message)
-                raise ModelFailed(f"the model of deployment {self.name} failed: {message}")
-            if op != "result":
-                raise WireError(f"{op!r} where a result was expected")
-            outputs = check_outputs(signature, tensors_of(header, body))
+            header, body = receive(
+                conn, deadline=deadline, max_header=max_header, max_body=max_body
+            )
+            outputs = self._answer(signature, header, body)
             healthy = True
             return outputs
+        except (ModelInputError, ModelFailed):
+            healthy = True
+            raise
         except TimeoutError as e:
             self.stop(f"was stopped: a call took longer than {timeout:g} s")
             raise _Gone() from e
         except (Closed, OSError) as e:
             raise _Gone() from e
         except WireError as e:
-            self.stop(f"was stopped: it answered what no model process does ({_clip(str(e))})")
+            self.stop(self._broke(e))
             raise _Gone() from e
         finally:
             self._give(conn, healthy)
+
+    def _answer(
+        self, signature: SignatureInfo, header: dict[str, Any], body: memoryview
+    ) -> dict[str, np.ndarray]:
+        """The outputs an answer carries, checked against `signature`; the errors it
+        reports raised (ModelInputError, ModelFailed); WireError if it is neither."""
+        op = header.get("op")
+        if op == "error":
+            message = _clip(str(header.get("message")))
+            if header.get("kind") == "input":
+                raise ModelInputError(message)
+            raise ModelFailed(f"the model of deployment {self.name} failed: {message}")
+        if op != "result":
+            raise WireError(f"{op!r} where a result was expected")
+        return check_outputs(signature, tensors_of(header, body))
+
+    @staticmethod
+    def _broke(error: WireError) -> str:
+        return f"was stopped: it answered what no model process does ({_clip(str(error))})"
+
+    def start_call(
+        self,
+        signature: SignatureInfo,
+        tensors: Mapping[str, np.ndarray],
+        loop: asyncio.AbstractEventLoop,
+        gone: Callable[[asyncio.Future[dict[str, np.ndarray]]], None],
+    ) -> asyncio.Future[dict[str, np.ndarray]] | None:
+        """`call` driven by the running `loop`, no thread in between: a future of the
+        outputs (or of call's ModelInputError, ModelFailed), or None when every connection
+        is taken (try again when a call ends). Where call raises _Gone, `gone(future)`
+        is called to fail it. Whatever the process must be stopped for is stopped in a
+        worker thread, never on the loop."""
+        with self._cond:
+            if self._gone is not None:
+                raise _Gone()
+            if not self._idle:
+                return None
+            conn = self._idle.pop()
+        future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+        try:
+            frame = encode_call(signature.name, tensors)
+            max_header, max_body = answer_limits(signature, _rows(tensors))
+        except BaseException:
+            self._give(conn, True)
+            raise
+        timeout = self.config.call_timeout
+
+        def done(outcome: Answer | BaseException) -> None:
+            healthy = False
+            try:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                outputs = self._answer(signature, *outcome)
+                healthy = True
+                if not future.done():
+                    future.set_result(outputs)
+            except (ModelInputError, ModelFailed) as e:
+                healthy = True
+                if not future.done():
+                    future.set_exception(e)
+            except TimeoutError:
+                self._stop_soon(loop, f"was stopped: a call took longer than {timeout:g} s")
+                gone(future)
+            except WireError as e:
+                self._stop_soon(loop, self._broke(e))
+                gone(future)
+            except (Closed, OSError):
+                gone(future)
+            finally:
+                self._give(conn, healthy)
+
+        LoopCall(loop, conn, frame, FrameReader(max_header=max_header, max_body=max_body),
+                 timeout, done)  # fmt: skip
+        return future
+
+    def _stop_soon(self, loop: asyncio.AbstractEventLoop, why: str) -> None:
+        """`stop` in a worker thread (it waits for the process); the reason is kept now."""
+        if self._stopped is None:
+            self._stopped = why
+        loop.run_in_executor(None, self.stop, why)
 
     def _take(self, deadline: float) -> socket.socket:
         with self._cond:
@@ -388,103 +463,7 @@ class ModelProcess:
                     popen.stdout.close()
 
 
-# ---- one deployment's, kept running ----
-
-Report = Callable[[str, str], None]
-
-
-class SupervisedModel:
-    """A deployment's model process, restarted when it exits; `report(deployment_id,
-    message)` is told each time it goes down and comes back."""
-
-    def __init__(self, name: str, model_dir: Path, config: ProcessConfig, report: Report) -> None:
-        self.name = name
-        self.model_dir = model_dir
-        self.config = config
-        self.report = report
-        self.signatures: dict[str, SignatureInfo] = {}
-        self._process: ModelProcess | None = None
-        self._down = "is not started"
-        self._retry_at = 0.0
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the first process; ModelProblem says why it cannot."""
-        process = ModelProcess(self.name, self.model_dir, self.config)
-        process.start()
-        self.signatures = process.signatures
-        self._process = process
-        self._thread = threading.Thread(target=self._watch, name=f"model-{self.name}", daemon=True)
-        self._thread.start()
-
-    def call(
-        self, signature: SignatureInfo, tensors: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        process = self._process
-        if process is None:
-            raise self._unavailable(self._down)
-        try:
-            return process.call(signature, tensors)
-        except _Gone as e:
-            raise self._unavailable(process.exit_reason(wait=2)) from e
-
-    def _unavailable(self, why: str) -> Exception:
-        if self._closed.is_set():
-            return ModelUnloaded("the model was unloaded")
-        retry = max(1, math.ceil(self._retry_at - time.monotonic()))
-        return ModelDown(
-            f"the model process of deployment {self.name} {why}; it is being restarted",
-            retry_after=retry,
-        )
-
-    def _watch(self) -> None:
-        backoff = _FIRST_BACKOFF
-        while not self._closed.is_set():
-            process = self._process
-            assert process is not None
-            process.wait()
-            if self._closed.is_set():
-                return
-            how = process.exit_reason(wait=1)
-            if time.monotonic() - process.started >= _STABLE:
-                backoff = _FIRST_BACKOFF
-            self._down = how
-            self._process = None
-            self._retry_at = time.monotonic() + backoff
-            self.report(self.name, f"the model process {how}; it is being restarted")
-            while True:
-                if self._closed.wait(backoff):
-                    return
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-                replacement = ModelProcess(self.name, self.model_dir, self.config)
-                try:
-                    replacement.start()
-                except ModelRefused as e:
-                    self._down = f"{how}, and cannot be restarted: {e}"
-                    self.report(self.name, f"the model process {self._down}")
-                    return
-                except Exception as e:
-                    self._down = f"{how}, and could not be restarted ({e})"
-                    self._retry_at = time.monotonic() + backoff
-                    self.report(
-                        self.name,
-                        f"the model process {self._down}; trying again in {backoff:g} s",
-                    )
-                    continue
-                if self._closed.is_set():
-                    replacement.stop("was unloaded")
-                    return
-                self._process = replacement
-                when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                self.report(self.name, f"the model process was restarted at {when} after it {how}")
-                break
-
-    def close(self) -> None:
-        """Stop the process for good (the deployment was deleted, the service stops)."""
-        self._closed.set()
-        process = self._process
-        if process is not None:
-            process.stop("was unloaded")
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(15)
+def _rows(tensors: Mapping[str, np.ndarray]) -> int | None:
+    """The instances of a call: the first dimension its inputs share, if they do."""
+    firsts = {t.shape[0] if t.ndim else None for t in tensors.values()}
+    return firsts.pop() if len(firsts) == 1 else None

@@ -3,7 +3,8 @@ untrusted: service.scoring.process): its description of saved_model.pb's graphs 
 service.domain.model_ops) or of model.onnx (for service.domain.onnx_rules), its
 signatures (with their method names and tensor names, kept in the database and shown by
 the API), and the outputs of each call (the signature's names, dtypes and shapes). Every
-failure is a WireError."""
+failure is a WireError. Also how much a call's answer may hold, so that no more is read
+(`answer_limits`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from service.domain import onnx_rules
 from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
 from service.domain.signature import PREDICT_METHOD, SignatureInfo, TensorInfo
 from service.scoring import model_server
-from service.scoring.model_server import DTYPES, WireError
+from service.scoring.model_server import DTYPES, MAX_BODY, WireError
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
@@ -160,3 +161,39 @@ def check_outputs(
         ):
             raise WireError(f"output {name!r} of shape {list(array.shape)}, not {info.describe()}")
     return outputs
+
+
+# What an answer's header may hold beyond its tensors' list; an error's message is cut
+# at 4 KiB by the model process.
+_HEADER_SLACK = 8 * 1024
+
+
+def _most_bytes(info: TensorInfo, rows: int | None) -> int | None:
+    """The most bytes an output of `info` can hold in an answer for `rows` instances (an
+    open first dimension is the rows), None when the signature does not bound it."""
+    expected = _expected_dtype(info)
+    if expected is None or expected == _OBJECT or info.shape is None:
+        return None
+    size = expected.itemsize
+    for i, d in enumerate(info.shape):
+        if d is not None:
+            size *= d
+        elif i == 0 and rows is not None:
+            size *= rows
+        else:
+            return None
+    return size
+
+
+def answer_limits(signature: SignatureInfo, rows: int | None) -> tuple[int, int]:
+    """The largest header and body an answer to a call of `signature` on `rows` instances
+    can have: the outputs' names and dimensions, and their bytes as the signature gives
+    them (strings and open dimensions past the first leave the body at the wire's own
+    limit). The answer is read no further."""
+    header = _HEADER_SLACK
+    body: int | None = 0
+    for info in signature.outputs.values():
+        header += 2 + len(info.name.encode()) + 2 + 8 * model_server.MAX_DIMS + 8
+        most = _most_bytes(info, rows)
+        body = None if most is None or body is None else body + most
+    return header, MAX_BODY if body is None else min(body, MAX_BODY)

@@ -5,6 +5,7 @@ restarts, and the sandbox it is started in."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 from service import sandbox
 from service.domain.signature import SignatureInfo, TensorInfo
-from service.scoring import model_server, process
+from service.scoring import model_server, process, supervised
 from service.scoring.batching import ModelUnloaded
 from service.scoring.model_server import Closed, WireError, encode, receive, send, tensors_of
 from service.scoring.process import (
@@ -31,9 +32,9 @@ from service.scoring.process import (
     ModelProcess,
     ModelRefused,
     ProcessConfig,
-    SupervisedModel,
     describe_exit,
 )
+from service.scoring.supervised import SupervisedModel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,6 +198,8 @@ while True:
         answer = encode({"op": "result"}, {"y": np.zeros((rows, 1), dtype=np.int32)})
     elif behaviour == "huge":
         answer = [b"\\xff\\xff\\xff\\x7f" + bytes(8)]
+    elif behaviour == "oversized":
+        answer = encode({"op": "result"}, {"y": np.ones((rows * 1000, 1), dtype=np.float32)})
     elif behaviour == "hang":
         time.sleep(60)
     elif behaviour == "crash":
@@ -230,7 +233,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return [sys.executable, "-c", FAKE, str(ROOT), behaviour, *args], False
 
     monkeypatch.setattr(process, "command", command)
-    monkeypatch.setattr(process, "_FIRST_BACKOFF", 0.05)
+    monkeypatch.setattr(supervised, "_FIRST_BACKOFF", 0.05)
     yield behaviours
 
 
@@ -287,6 +290,70 @@ def test_a_misbehaving_process_is_stopped_and_restarted(
         model.close()
     with pytest.raises(ModelUnloaded):
         model.call(SIGNATURE, X)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "why"),
+    [
+        ("wrong_dtype", "output 'y' of dtype int32, not float32"),
+        ("huge", "a header of 2147483647 bytes"),
+        ("oversized", "a body of 12000 bytes (at most 12)"),
+        ("hang", "a call took longer than 0.5 s"),
+        ("crash", "exited (signal 6, SIGABRT): about to crash on purpose"),
+    ],
+)
+def test_a_misbehaving_process_called_from_the_event_loop_is_stopped_and_restarted(
+    fake: list[str], tmp_path: Path, behaviour: str, why: str
+) -> None:
+    fake += [behaviour, "good"]
+    reports: list[str] = []
+    model = SupervisedModel("d1", tmp_path, config(timeout=0.5), lambda d, m: reports.append(m))
+    model.start()
+
+    async def call() -> dict[str, np.ndarray]:
+        future = model.start_call(SIGNATURE, X)
+        assert future is not None
+        return await future
+
+    try:
+        with pytest.raises(ModelDown) as down:
+            asyncio.run(call())
+        assert why in down.value.detail and down.value.status == 503
+        assert down.value.detail.startswith("the model process of deployment d1 ")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                outputs = asyncio.run(call())
+                break
+            except ModelDown:
+                assert time.monotonic() < deadline, reports
+                time.sleep(0.05)
+        np.testing.assert_array_equal(outputs["y"], np.ones((3, 1), dtype=np.float32))
+        assert why in reports[0]
+    finally:
+        model.close()
+
+
+def test_errors_the_model_reports_on_the_event_loop(fake: list[str], tmp_path: Path) -> None:
+    fake.append("input")
+    model = SupervisedModel("d1", tmp_path, config(), lambda d, m: None)
+    model.start()
+
+    async def calls() -> None:
+        for _ in range(2):  # the connection is still good after the first
+            future = model.start_call(SIGNATURE, X)
+            assert future is not None
+            with pytest.raises(ModelInputError, match="x is wrong"):
+                await future
+        taken = model.start_call(SIGNATURE, X)  # the one connection, in use ...
+        assert taken is not None and model.start_call(SIGNATURE, X) is None  # ... by it
+        with pytest.raises(ModelInputError):
+            await taken
+
+    try:
+        asyncio.run(calls())
+    finally:
+        model.close()
 
 
 def test_errors_the_model_reports(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sys
 import threading
@@ -14,8 +15,15 @@ from service.storage import keys
 from worker.learner.logmetrics import LogMetrics
 
 MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most this size
-_READ_CHUNK = 64 * 1024
-_MAX_PENDING_BYTES = 4 * 1024 * 1024  # read but not yet written; beyond it the reader waits
+# Read a block at a time, from a pipe made this large where the kernel allows (an
+# unprivileged process may grow a pipe to /proc/sys/fs/pipe-max-size, 1 MiB by default):
+# the command writes that far ahead of the tee before it would wait.
+_READ_CHUNK = 1024 * 1024
+_PIPE_SIZE = 1024 * 1024
+# Lines read but not yet taken by the live log store. Past it lines are not queued for
+# the store (counted, and a marker says so once it takes lines again): the command never
+# waits for the store. training-log.txt has every line.
+_MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
 def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
@@ -64,6 +72,15 @@ def gap_marker(missing: int) -> str:
     )
 
 
+def dropped_marker(missing: int) -> str:
+    """The line the live log gets where it skipped lines the store could not keep up with."""
+    return (
+        f"[dlaas] {missing} log line(s) were not sent to the live log: the learner printed "
+        f"faster than the log store took them; {keys.LEARNER_LOG_NAME} in the results has "
+        "them all"
+    )
+
+
 def truncated_marker(max_bytes: int) -> str:
     """The line that ends a learner's log cut at its cap."""
     return f"[dlaas] log truncated: the plan allows {max_bytes} bytes of log per training learner"
@@ -72,14 +89,18 @@ def truncated_marker(max_bytes: int) -> str:
 class LogTee:
     """Reads a command's output and writes each line to a log store and a local file.
 
-    One thread reads the pipe and cuts lines, stamping each with the time it was read;
-    another writes whatever has accumulated as one batch, as soon as there is something,
-    so lines reach the store within the store's own latency and batches grow only when the
-    store is slower than the command. At most _MAX_PENDING_BYTES are held in memory.
+    One thread reads the pipe a block at a time (up to _READ_CHUNK, the pipe grown to
+    _PIPE_SIZE) and cuts lines, stamping each with the time it was read; it appends the
+    block's lines to the local file with one write and queues them for the store. Another
+    sends whatever has accumulated to the store as one batch (one round trip), as soon as
+    there is something, so lines reach the store within the store's own latency and
+    batches grow only when the store is slower than the command. Nothing waits for the
+    store: past _MAX_PENDING_BYTES queued, lines are not queued but counted, and the live
+    log gets a marker line saying how many it misses (as when the store is down).
 
-    With `metrics`, each batch written is then handed to it (the training's metric
-    regexes, searched in a thread of its own: `LogMetrics.feed` never waits), the lines the
-    tee cut marked as such so a metric is found in the whole line.
+    With `metrics`, each block read is then handed to it (the training's metric regexes,
+    searched in a thread of its own: `LogMetrics.feed` never waits), the lines the tee cut
+    marked as such so a metric is found in the whole line.
     """
 
     def __init__(
@@ -94,9 +115,7 @@ class LogTee:
     ) -> None:
         self._fd = -1
         self._metrics = metrics
-        # For `metrics`: the records of `_pending` the tee cut (whose line goes on in the
-        # next record), and the marker line that ends a truncated log (not the command's).
-        self._pending_cut: list[LogRecord] = []
+        # The marker line that ends a truncated log (not the command's).
         self._marker: LogRecord | None = None
         # Bytes of lines (each with its newline) this learner may log; past them one
         # marker line, then the rest is read and dropped.
@@ -107,6 +126,11 @@ class LogTee:
         self._training_id = training_id
         self._store = store
         self._local = os.open(local_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        # The local file is written by the reader; close() closes it under this lock.
+        self._local_lock = threading.Lock()
+        self._local_open = True
+        # Lines the store's queue had no room for, not yet marked in it.
+        self._dropped = 0
         self._cond = threading.Condition()
         self._pending: list[LogRecord] = []
         self._pending_bytes = 0
@@ -121,6 +145,8 @@ class LogTee:
     def start(self, fd: int) -> None:
         """Start reading `fd` (the tee owns it from now on and closes it at its end)."""
         self._fd = fd
+        with contextlib.suppress(OSError):  # not a pipe, or the kernel's limit is lower
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
         if self._metrics is not None:
             self._metrics.start()
         self._reader.start()
@@ -139,7 +165,8 @@ class LogTee:
             self._writer.join()
         if self._metrics is not None:  # what was written is searched before it is stored
             self._metrics.close(timeout)
-        with contextlib.suppress(OSError):
+        with self._local_lock, contextlib.suppress(OSError):
+            self._local_open = False  # a straggling reader writes no more
             os.close(self._local)
 
     def _read(self) -> None:
@@ -166,54 +193,76 @@ class LogTee:
                 self._cond.notify_all()
 
     def _put(self, lines: list[bytes], cuts: list[int] | None = None) -> None:
+        """One block's lines: to the local file, to the metrics, and queued for the store
+        (or counted as dropped when its queue is full)."""
+        if self._closed:  # a straggler holding the pipe after close(): dropped
+            return
         now = time.time()
+        records: list[LogRecord] = []
+        cut: list[LogRecord] = []
+        size = 0
+        marker = None
+        for i, raw in enumerate(lines):
+            if self._truncated:
+                break
+            if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
+                self._truncated = True
+                marker = self._marker = LogRecord(
+                    self._learner, now, truncated_marker(self._max_bytes)
+                )
+                records.append(marker)
+                break
+            self._logged += len(raw) + 1
+            line = raw.removesuffix(b"\r").decode("utf-8", "replace")
+            record = LogRecord(self._learner, now, line)
+            records.append(record)
+            size += len(raw)
+            if cuts and i in cuts:
+                cut.append(record)
+        if not records:
+            return
+        self._write_local(records)
+        if self._metrics is not None:
+            self._metrics.feed(records, size, cut, marker)
         with self._cond:
-            while self._pending_bytes > _MAX_PENDING_BYTES and not self._closed:
-                self._cond.wait()
             if self._closed:
                 return
-            for i, raw in enumerate(lines):
-                if self._truncated:
-                    break
-                if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
-                    self._truncated = True
-                    self._marker = LogRecord(self._learner, now, truncated_marker(self._max_bytes))
-                    self._pending.append(self._marker)
-                    break
-                self._logged += len(raw) + 1
-                line = raw.removesuffix(b"\r").decode("utf-8", "replace")
-                record = LogRecord(self._learner, now, line)
-                self._pending.append(record)
-                self._pending_bytes += len(raw)
-                if cuts and i in cuts:
-                    self._pending_cut.append(record)
+            if self._pending_bytes > _MAX_PENDING_BYTES:
+                self._dropped += len(records)
+                return
+            if self._dropped:
+                gap = LogRecord(self._learner, now, dropped_marker(self._dropped))
+                self._pending.append(gap)
+                self._dropped = 0
+            self._pending += records
+            self._pending_bytes += size
             self._cond.notify_all()
+
+    def _write_local(self, records: list[LogRecord]) -> None:
+        text = _local_text(records)
+        with self._local_lock:
+            if not self._local_open:
+                return
+            try:
+                while text:
+                    text = text[os.write(self._local, text) :]
+            except OSError as e:
+                self._warn("file", f"writing {keys.LEARNER_LOG_NAME} failed: {e}")
 
     def _write(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._eof:
                     self._cond.wait()
-                size = self._pending_bytes
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
-                cut, self._pending_cut = self._pending_cut, []
-                self._cond.notify_all()
+                if not batch and self._dropped:  # the end: say what the live log missed
+                    batch = [LogRecord(self._learner, time.time(), dropped_marker(self._dropped))]
+                    self._dropped = 0
             if not batch:
                 if self._unsent:  # the store missed the last lines: try once more to say so
                     self._send([])
                 return
-            self._emit(batch)
-            if self._metrics is not None:
-                self._metrics.feed(batch, size, cut, self._marker)
-
-    def _emit(self, batch: list[LogRecord]) -> None:
-        text = _local_text(batch)
-        try:
-            while text:
-                text = text[os.write(self._local, text) :]
-        except OSError as e:
-            self._warn("file", f"writing {keys.LEARNER_LOG_NAME} failed: {e}")
-        self._send(batch)
+            self._send(batch)
 
     def _send(self, batch: list[LogRecord]) -> None:
         """Append the batch to the live log store. Lines it misses (the store is down or
