@@ -122,8 +122,10 @@ def test_the_model_process_describes_real_models(tmp_path: Path) -> None:
     from tests import onnx_models
 
     linear = onnx_model.describe(onnx_models.save(onnx_models.linear(), tmp_path / "linear"))
-    assert linear["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 2]}]
-    assert linear["outputs"] == [{"name": "y", "dtype": "float32", "shape": [None, 2]}]
+    # Named as the graph names them (the tensor names TF Serving's metadata shows too).
+    x = {"name": "x", "dtype": "float32", "shape": [None, 2], "tensor_name": "x"}
+    assert linear["inputs"] == [x]
+    assert linear["outputs"] == [{**x, "name": "y", "tensor_name": "y"}]
     assert onnx_refusal(description_from_json(linear), DTYPES) is None
 
     custom = onnx_model.describe(onnx_models.save(onnx_models.custom_domain(), tmp_path / "c"))

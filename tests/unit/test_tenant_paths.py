@@ -61,6 +61,7 @@ ALLOWED: dict[str, str] = {
     "service/scoring/model_server.py::_saved_model": "saved_model.pb in the scoring cache dir",
     "service/scoring/model_server.py::main": "model.onnx in the scoring cache dir's copy",
     "service/scoring/tfs_protos.py::serialized_descriptor": "the installed TF Serving protos",
+    "worker/backends/local.py::LocalBackend.stop": "the training's network state dir (ours)",
     # Archives: the platform's own spooled copy of the code archive.
     "service/storage/archives.py::_zip_entries": "the archive's spooled copy (private dir)",
     "service/storage/archives.py::_tar_entries": "the archive's spooled copy (private dir)",
