@@ -52,8 +52,8 @@ PLATFORM_KEYS = frozenset(
 # FfDL's framework names -> the catalog's. A name not here that the catalog offers (an
 # operator's `pytorch`, say) is taken as it is; any other is refused.
 FRAMEWORKS = {"tensorflow": "tensorflow", "horovod": "tensorflow-horovod"}
-# FfDL's frameworks with no runtime on this platform (unless an operator's catalog offers
-# one by that name): refused naming /framework/name.
+# FfDL's frameworks with no runtime on this platform (unless the catalog offers one by
+# that name, as the default catalog does `pytorch`): refused naming /framework/name.
 NOT_OFFERED = ("caffe", "caffe2", "pytorch", "h2o3", "keras")
 
 # FfDL's TensorFlow image tags: <major.minor.patch>[-gpu][-py3] (and "latest..."). Horovod's:

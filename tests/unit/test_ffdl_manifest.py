@@ -264,11 +264,13 @@ REFUSED: list[tuple[str, dict[str, Any], str, str, str]] = [
         "offered: tensorflow (as tensorflow), horovod (as tensorflow-horovod)",
     ),
     (
+        # The catalog offers pytorch 2.13: FfDL's name is taken as it is, its image tag
+        # names no version the catalog has.
         "pytorch",
         ffdl(framework={"name": "pytorch", "version": "latest"}),
         "standard",
-        "/framework/name",
-        "'pytorch' has no runtime",
+        "/framework/version",
+        "pytorch version 'latest' has no runtime here: the catalog offers pytorch 2.13",
     ),
     (
         "h2o3",
