@@ -79,6 +79,9 @@ def _ancestors() -> set[int]:
     return found
 
 
+_TRACKER = b"from multiprocessing.resource_tracker import main"
+
+
 def find(session: str, tmp_root: Path | None = None) -> list[Leftover]:
     """Live processes (no zombies) of this test session: those whose environment carries
     `MARK=session`, or whose command line or working directory lies in `tmp_root`."""
@@ -96,6 +99,11 @@ def find(session: str, tmp_root: Path | None = None) -> list[Leftover]:
         cmdline = _read(pid, "cmdline")
         stat = _stat(pid)
         if cmdline is None or stat is None or stat[0] in ("Z", "X"):
+            continue
+        if stat[1] == os.getpid() and _TRACKER in cmdline:
+            # multiprocessing's resource tracker, started by this process (a test that used
+            # a multiprocessing primitive): it reads a pipe from this process and exits when
+            # this process does, so it is no leftover.
             continue
         variables = environ.split(b"\0")
         ours = marker in variables

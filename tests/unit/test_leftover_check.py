@@ -91,3 +91,21 @@ def test_a_run_that_stops_what_it_starts_passes(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "still running" not in run.stdout
+
+
+def test_the_sessions_own_resource_tracker_is_no_leftover(tmp_path: Path) -> None:
+    # A test that uses a multiprocessing primitive starts multiprocessing's resource
+    # tracker as a child of the pytest process; it exits when that process does.
+    run = run_pytest(
+        tmp_path,
+        """
+        from multiprocessing import resource_tracker
+
+        def test_starts_the_tracker():
+            resource_tracker.ensure_running()
+            assert resource_tracker._resource_tracker._pid is not None
+        """,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert "processes left behind" not in output
