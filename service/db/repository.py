@@ -7,7 +7,7 @@ import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, bindparam, case, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -590,34 +590,32 @@ def deployment_labels(session: Session, deployment_id: str) -> Sequence[Deployme
     return session.scalars(stmt).all()
 
 
+_Row = TypeVar("_Row", DeploymentVersion, DeploymentLabel)
+
+
 def versions_of(
     session: Session, deployment_ids: Collection[str]
 ) -> dict[str, list[DeploymentVersion]]:
     """Each deployment's versions, by number (one query for a page of deployments)."""
-    found: dict[str, list[DeploymentVersion]] = {d: [] for d in deployment_ids}
-    if not deployment_ids:
-        return found
-    stmt = (
-        select(DeploymentVersion)
-        .where(DeploymentVersion.deployment_id.in_(list(deployment_ids)))
-        .order_by(DeploymentVersion.deployment_id, DeploymentVersion.version)
-    )
-    for row in session.scalars(stmt):
-        found[row.deployment_id].append(row)
-    return found
+    return _by_deployment(session, DeploymentVersion, deployment_ids, DeploymentVersion.version)
 
 
 def labels_of(
     session: Session, deployment_ids: Collection[str]
 ) -> dict[str, list[DeploymentLabel]]:
-    found: dict[str, list[DeploymentLabel]] = {d: [] for d in deployment_ids}
+    """Each deployment's labels, by name (one query for a page of deployments)."""
+    return _by_deployment(session, DeploymentLabel, deployment_ids, DeploymentLabel.label)
+
+
+def _by_deployment(
+    session: Session, model: type[_Row], deployment_ids: Collection[str], order: Any
+) -> dict[str, list[_Row]]:
+    """The rows of `model` (a table keyed by deployment_id) of each deployment, in `order`."""
+    found: dict[str, list[_Row]] = {d: [] for d in deployment_ids}
     if not deployment_ids:
         return found
-    stmt = (
-        select(DeploymentLabel)
-        .where(DeploymentLabel.deployment_id.in_(list(deployment_ids)))
-        .order_by(DeploymentLabel.deployment_id, DeploymentLabel.label)
-    )
+    column = model.deployment_id
+    stmt = select(model).where(column.in_(list(deployment_ids))).order_by(column, order)
     for row in session.scalars(stmt):
         found[row.deployment_id].append(row)
     return found
