@@ -185,3 +185,31 @@ def create_tenant(url: str, admin_key: str) -> dict[str, str]:
     )
     r.raise_for_status()
     return {"Authorization": f"Bearer {r.json()['api_key']}"}
+
+
+@contextmanager
+def profiled(pid: int, name: str) -> Iterator[None]:
+    """Sample process `pid` and its children with py-spy while the block runs, if
+    BENCH_PROFILE_DIR names a folder: collapsed stacks in `<dir>/<name>.txt` (summarise
+    them with `python benchmarks/profile_summary.py`). Otherwise nothing is sampled: the
+    sampling takes CPU, so a profiled run's ratios are not the row's."""
+    folder = os.environ.get("BENCH_PROFILE_DIR")
+    if not folder:
+        yield
+        return
+    out = Path(folder) / f"{name}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # --gil: what holds the interpreter (CPU); BENCH_PROFILE_FLAGS=--idle: wall time.
+    flags = os.environ.get("BENCH_PROFILE_FLAGS", "--gil").split()
+    command = [str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses"]
+    command += ["--format", "raw", "--rate", "250", "--nonblocking", *flags, "-o", str(out)]
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # py-spy attaches before the measured work starts
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            spy.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            spy.kill()

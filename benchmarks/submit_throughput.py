@@ -47,6 +47,7 @@ from benchmarks.common import (
     free_port,
     manifest,
     median,
+    profiled,
     stop_process,
     wait_answering,
     zip_code,
@@ -210,14 +211,15 @@ def run(quick: bool) -> list[Row]:
                         seconds=seconds,
                     )
                 )
-                load = hammer(
-                    f"{platform.url}/v1/trainings",
-                    method="POST",
-                    headers=headers,
-                    body=body,
-                    concurrency=CONCURRENCY,
-                    seconds=seconds,
-                )
+                with profiled(platform.process.pid, f"submit-{len(ours)}"):
+                    load = hammer(
+                        f"{platform.url}/v1/trainings",
+                        method="POST",
+                        headers=headers,
+                        body=body,
+                        concurrency=CONCURRENCY,
+                        seconds=seconds,
+                    )
                 ours.append(load)
                 accepted += len(load.latencies)
             time.sleep(0.5)

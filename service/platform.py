@@ -136,7 +136,6 @@ class Platform:
         # Owner-only: the home holds keys, the database and logs (service.private).
         private_home(settings.home_dir)
         engine = make_engine(settings.resolved_database_url)
-        private_dir(settings.home_dir / "uploads")
         redis_url = settings.resolved_log_store_url
         if redis_url:
             log_sink = LogSinkConfig(kind="redis", url=redis_url)
@@ -191,11 +190,6 @@ class Platform:
         )
 
     @property
-    def upload_dir(self) -> Path:
-        """Where uploads are spooled while they are checked; emptied after each request."""
-        return self.settings.home_dir / "uploads"
-
-    @property
     def runtime_definitions(self) -> Path:
         """Where the runtimes are defined (DLAAS_RUNTIME_DEFINITIONS_DIR, default the
         source's runtimes/)."""
@@ -209,14 +203,17 @@ class Platform:
             return frozenset(runtimes.known(self.runtime_definitions))
         return runtimes.installed_names(self.settings.runtimes_path, self.runtime_definitions)
 
-    def startable_runtimes(self) -> frozenset[str]:
-        """The runtimes a submitted training may name: the installed ones and, where the
-        operator lets the platform install a runtime on its first use
-        (DLAAS_RUNTIME_AUTO_INSTALL), every defined one."""
-        installed = self.installed_runtimes()
-        if not self.settings.runtime_auto_install:
-            return installed
-        return installed | frozenset(runtimes.definitions(self.runtime_definitions))
+    def runtime_startable(self, name: str) -> bool:
+        """Whether a submitted training may name the runtime `name`: an installed one or,
+        where the operator lets the platform install a runtime on its first use
+        (DLAAS_RUNTIME_AUTO_INSTALL), any defined one. Only that runtime is looked at."""
+        if name == runtimes.PLATFORM or self.settings.backend == "kubernetes":
+            return name in runtimes.known(self.runtime_definitions)
+        if self.settings.runtime_auto_install and name in runtimes.definitions(
+            self.runtime_definitions
+        ):
+            return True
+        return self.runtime(name) is not None
 
     def runtime(self, name: str) -> RuntimeInfo | None:
         """The installed runtime `name`; None where it is not installed. On Kubernetes

@@ -1,4 +1,5 @@
-"""What the API does with trainings: accept, stop, delete, and record state changes.
+"""What the API does with trainings once accepted (service.submissions accepts them):
+stop, delete, and record state changes.
 
 Services never commit; the request (or the task) that calls them owns the transaction.
 Every state change of a training goes through `record_transition`, so the history users
@@ -8,196 +9,24 @@ goes through `record_learner_states`.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from service.auth import TenantRef, new_id
-from service.db import repository
-from service.db.models import Learner, StatusEvent, Training, utcnow
-from service.domain import quotas
+from service.db.models import StatusEvent, Training, utcnow
 from service.domain.lifecycle import LearnerObservation
-from service.domain.manifest import Manifest, parse_manifest_text
-from service.domain.manifest_formats import Submitted, load_submitted
-from service.domain.runtimes import runtime_refusal
 from service.domain.states import TrainingState, check_requeue, check_restart, check_transition
 from service.errors import (
     Conflict,
-    FieldError,
-    LimitExceeded,
-    ServiceUnavailable,
-    ValidationFailed,
 )
 from service.logs.base import LogStore
-from service.secrets import SecretBox, masked_document, seal_manifest
 from service.storage import keys
-from service.storage.archives import UnsafeArchiveError, inspect_archive
-from service.storage.base import ObjectStore, StoreUnavailable
-from service.storage.endpoints import check_references
+from service.storage.base import ObjectStore
 
 if TYPE_CHECKING:
-    from service.platform import Platform
-
-
-def create_training(
-    session: Session,
-    store: ObjectStore,
-    tenant: TenantRef,
-    manifest: Manifest,
-    archive: Path,
-    archive_format: str,
-    *,
-    secrets: SecretBox | None = None,
-    submitted: Submitted | None = None,
-) -> Training:
-    """Store the code archive and insert the training QUEUED, with one row per learner
-    (the two at once: the archive is stored in a thread while the rows are flushed).
-
-    The data-store credentials of the manifest are stored encrypted with `secrets`
-    (required when the manifest has a data or results reference). `submitted`: the
-    manifest as the user sent it, kept (credentials masked) as `submitted_manifest`, and
-    what its translation chose said in the QUEUED event. If anything fails
-    after the archive is stored, the archive is removed again: a refused submission leaves
-    nothing behind.
-    """
-    document = manifest.model_dump(mode="json", exclude_none=True, by_alias=True)
-    if secrets is not None:
-        document = seal_manifest(document, secrets)
-    elif manifest.training_data_reference or manifest.training_results_reference:
-        raise ValueError("a manifest with data-store credentials needs a SecretBox")
-    training_id = new_id()
-    key = keys.model_definition_key(training_id, archive_format)
-    now = utcnow()
-    training = Training(
-        id=training_id,
-        tenant_id=tenant.id,
-        name=manifest.name,
-        description=manifest.description,
-        status=TrainingState.QUEUED,
-        status_message="waiting for capacity",
-        framework_name=manifest.framework.name,
-        framework_version=manifest.framework.version,
-        compute_name=manifest.compute_configuration.name,
-        nodes=manifest.nodes,
-        manifest=document,
-        submitted_manifest=masked_document(submitted.document) if submitted else None,
-        model_definition_key=key,
-        code_bytes=archive.stat().st_size,
-        created_at=now,
-        updated_at=now,
-    )
-    training.learners = [
-        Learner(learner_id=i, status=TrainingState.QUEUED, updated_at=now)
-        for i in range(1, manifest.nodes + 1)
-    ]
-    notes = None
-    if submitted is not None and submitted.notes:
-        notes = f"translated from {submitted.format_name}: {'; '.join(submitted.notes)}"
-    training.events = [StatusEvent(status=TrainingState.QUEUED, at=now, message=notes)]
-    session.add(training)
-    # The archive goes to the store while the rows go to the database (each a wait on a
-    # server): the submission takes the longer of the two, not their sum.
-    upload = _UPLOADS.submit(store.put_file, key, archive)
-    try:
-        try:
-            session.flush()
-        finally:
-            stored = upload.exception()  # waited for either way, so nothing lands later
-        if stored is not None:
-            raise stored
-    except BaseException:
-        store.delete_prefix(keys.training_prefix(training_id))
-        raise
-    return training
-
-
-# Threads storing submitted archives (each is waited for by its submission).
-_UPLOADS = ThreadPoolExecutor(16, thread_name_prefix="archive-upload")
-
-
-@contextlib.contextmanager
-def submission(
-    session: Session,
-    platform: Platform,
-    tenant: TenantRef,
-    manifest_text: str | bytes,
-    archive: BinaryIO,
-) -> Iterator[Training]:
-    """Accept a training: the whole submission flow, around the caller's commit.
-
-        with trainings.submission(session, platform, tenant, text, upload) as training:
-            session.commit()
-
-    Validates the manifest (the catalog, the tenant's plan, the data-store endpoints;
-    ValidationFailed or BadRequest), refuses it if the tenant has as many trainings queued
-    as the plan allows or the code archive would take its stored bytes over the plan's
-    (LimitExceeded), gives it the plan's default max_runtime if it names
-    none, spools the code archive into the platform's upload
-    directory and inspects it (ValidationFailed naming `model_definition` if it is unsafe),
-    stores it and inserts the training QUEUED (`create_training`; ServiceUnavailable if
-    the object store is unavailable), then yields the training, flushed, not committed.
-
-    Services never commit, and this one does not either; but a submission is not
-    complete until the commit is, and a refused one must leave nothing behind, so the
-    caller commits inside the block: if the block raises (the commit failed), the stored
-    archive is removed again and the error goes on. Once the block is through, the spooled
-    upload is gone and the monitor is woken to admit the training.
-    """
-    submitted = load_submitted(parse_manifest_text(manifest_text), platform.catalog, tenant.plan)
-    parsed = submitted.manifest
-    plan = platform.catalog.plans[tenant.plan]  # load_manifest refused a plan not offered
-    queued, stored = repository.tenant_queued_and_stored(session, tenant.id)
-    if reached := quotas.check_queued_trainings(tenant.plan, plan, queued):
-        raise LimitExceeded(reached.limit, reached.message)
-    parsed = parsed.model_copy(
-        update={"max_runtime": quotas.effective_max_runtime(plan, parsed.max_runtime)}
-    )
-    if refused := check_references(parsed, platform.endpoint_policy):
-        raise ValidationFailed(submitted.as_written(refused))
-    if missing := runtime_refusal(
-        platform.catalog,
-        parsed.framework.name,
-        parsed.framework.version,
-        platform.startable_runtimes(),
-    ):
-        raise ValidationFailed(submitted.as_written([missing]))
-    with tempfile.TemporaryDirectory(dir=platform.upload_dir) as tmp:
-        spooled = Path(tmp) / "model_definition"
-        with spooled.open("wb") as out:
-            shutil.copyfileobj(archive, out, 1024 * 1024)
-        try:
-            summary = inspect_archive(spooled, platform.archive_limits)
-        except UnsafeArchiveError as e:
-            raise ValidationFailed([FieldError("model_definition", str(e))]) from e
-        adding = spooled.stat().st_size
-        if reached := quotas.check_stored_bytes(tenant.plan, plan, stored, adding):
-            raise LimitExceeded(reached.limit, reached.message)
-        try:
-            training = create_training(
-                session,
-                platform.store,
-                tenant,
-                parsed,
-                spooled,
-                summary.format,
-                secrets=platform.secrets,
-                submitted=submitted,
-            )
-        except StoreUnavailable as e:
-            raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e
-        try:
-            yield training
-        except BaseException:
-            platform.store.delete_prefix(keys.training_prefix(training.id))
-            raise
-    platform.monitor_wakeup.set()
+    pass
 
 
 def record_transition(

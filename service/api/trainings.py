@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
 from sqlalchemy import Connection
 
+from service import submissions
 from service import trainings as service
 from service.api.deps import CurrentTenant, LoopReads, SessionDep, current_tenant, owned_training
 from service.api.schemas import TrainingList, TrainingOut
@@ -46,7 +47,7 @@ def create_training(
     """Validate the manifest against the catalog and the tenant's plan, check the code
     archive, store it, and queue the training."""
     manifest_text = manifest.file.read(MAX_MANIFEST_BYTES + 1)  # more is refused: too large
-    with service.submission(
+    with submissions.submission(
         session, platform, tenant, manifest_text, model_definition.file
     ) as training:
         session.commit()

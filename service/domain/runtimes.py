@@ -7,7 +7,7 @@ naming the command that installs it. Pure: the caller says which runtimes are in
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Container
 
 from service.domain.catalog import Catalog
 from service.errors import FieldError
@@ -18,10 +18,11 @@ def install_command(runtime: str) -> str:
 
 
 def runtime_refusal(
-    catalog: Catalog, framework: str, version: str, installed: Collection[str]
+    catalog: Catalog, framework: str, version: str, installed: Container[str]
 ) -> FieldError | None:
-    """Why a training of (framework, version) cannot run with `installed` runtimes; None
-    when its runtime is installed."""
+    """Why a training of (framework, version) cannot run with `installed` runtimes (any
+    container: a submission asks about its one runtime alone); None when its runtime is
+    installed."""
     runtime = catalog.runtime(framework, version)
     if runtime in installed:
         return None

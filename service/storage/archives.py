@@ -26,6 +26,8 @@ from typing import IO, Literal
 from service.tenantfs import TenantDir
 
 Format = Literal["zip", "tar.gz"]
+# An archive on disk, or an open seekable file holding one (read from its start; left open).
+Source = Path | IO[bytes]
 _Kind = Literal["file", "dir", "symlink", "hardlink"]
 
 _CHUNK = 1024 * 1024
@@ -183,8 +185,8 @@ class _Checker:
         return _refuse(member, f"takes the unpacked size over the limit of {cap} bytes")
 
 
-def _zip_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
-    with _reading(), zipfile.ZipFile(path) as zf:
+def _zip_entries(path: Source, check: _Checker) -> Generator[_Entry, None, None]:
+    with _reading(), zipfile.ZipFile(_from_start(path)) as zf:
         for info in zf.infolist():
             member, mode = info.filename, info.external_attr >> 16
             kind = _ZIP_KINDS.get(stat.S_IFMT(mode))
@@ -209,10 +211,10 @@ def _zip_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
             yield _Entry(member, name, kind, stat.S_IMODE(mode), link, opener)
 
 
-def _tar_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
+def _tar_entries(path: Source, check: _Checker) -> Generator[_Entry, None, None]:
     # Stream mode reads headers in order and never seeks back, so a run that stops at a
     # limit has decompressed only the data before the offending header.
-    with _reading(), gzip.open(path, "rb") as gz:
+    with _reading(), gzip.open(_from_start(path), "rb") as gz:
         with tarfile.open(fileobj=gz, mode="r|") as tf:
             while (info := tf.next()) is not None:
                 kind = "file" if info.isreg() else _TAR_KINDS.get(info.type)
@@ -231,14 +233,25 @@ def _tar_entries(path: Path, check: _Checker) -> Generator[_Entry, None, None]:
                 raise UnsafeArchiveError(f"{_UNREADABLE}: unexpected data after its end")
 
 
-_Reader = Callable[[Path, _Checker], Generator[_Entry, None, None]]
+_Reader = Callable[[Source, _Checker], Generator[_Entry, None, None]]
 _READERS: dict[Format, _Reader] = {"zip": _zip_entries, "tar.gz": _tar_entries}
 
 
-def detect_format(path: Path) -> Format:
+def _from_start(source: Source) -> Source:
+    """A path as it is, an open file rewound to its start."""
+    if not isinstance(source, Path):
+        source.seek(0)
+    return source
+
+
+def detect_format(source: Source) -> Format:
     """Tell the archive format from its magic bytes, whatever the file is called."""
-    with open(path, "rb") as f:
-        head = f.read(4)
+    if isinstance(source, Path):
+        with open(source, "rb") as f:
+            head = f.read(4)
+    else:
+        source.seek(0)
+        head = source.read(4)
     if head in (b"PK\x03\x04", b"PK\x05\x06"):  # a local file header, or an empty zip
         return "zip"
     if head[:2] == b"\x1f\x8b":
@@ -246,11 +259,12 @@ def detect_format(path: Path) -> Format:
     raise UnsafeArchiveError(_NOT_ARCHIVE)
 
 
-def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveSummary:
-    """Check every rule without writing anything; raise UnsafeArchiveError if one fails."""
-    fmt = detect_format(path)
+def inspect_archive(source: Source, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveSummary:
+    """Check every rule without writing anything; raise UnsafeArchiveError if one fails.
+    `source`: the archive's path, or an open file (an upload as the request holds it)."""
+    fmt = detect_format(source)
     check = _Checker(limits)
-    with contextlib.closing(_READERS[fmt](path, check)) as entries:
+    with contextlib.closing(_READERS[fmt](source, check)) as entries:
         for _ in entries:
             pass
     return ArchiveSummary(fmt, check.entries, check.unpacked)

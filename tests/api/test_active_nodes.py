@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service import tenants, trainings
+from service import submissions, tenants, trainings
 from service.auth import TenantRef
 from service.db import repository
 from service.db.models import Training
@@ -61,7 +61,7 @@ def _tenant(session: Session, platform: Platform, name: str, plan: str = "team")
 
 def _submit(session: Session, platform: Platform, tenant: TenantRef, nodes: int) -> str:
     manifest = manifest_yaml(compute_configuration={"name": "P100", "nodes": nodes})
-    with trainings.submission(
+    with submissions.submission(
         session, platform, tenant, manifest, io.BytesIO(CODE_ZIP)
     ) as training:
         session.commit()

@@ -50,7 +50,7 @@ def test_a_platform_started_in_a_fresh_home_keeps_it_owner_only(tmp_path: Path) 
             assert mode(home / name) == 0o600, name
         for wal in home.glob("dlaas.db-*"):  # SQLite's -wal and -shm take the db's mode
             assert mode(wal) == 0o600, wal.name
-        for name in ("logs", "uploads", "objects", "broker"):
+        for name in ("logs", "objects", "broker"):
             assert mode(home / name) == 0o700, name
         assert mode(home / "logs" / training) == 0o700
         assert mode(home / "logs" / training / "learner-0.jsonl") == 0o600

@@ -77,6 +77,27 @@ def test_once_its_runtime_is_installed_the_training_is_accepted(
     assert r.status_code == 201, r.text
 
 
+def test_a_runtime_is_startable_as_the_installed_and_defined_ones_say(
+    platform: Platform,
+) -> None:
+    """`runtime_startable` looks at one runtime (what a submission asks) and agrees with
+    the listing of every one."""
+    names = [*runtimes.known(platform.runtime_definitions), "no-such-runtime"]
+
+    def agrees(startable: set[str]) -> None:
+        assert {n for n in names if platform.runtime_startable(n)} == startable
+
+    agrees({"platform"})
+    mark_installed(platform)
+    agrees({"platform", "horovod-tf2.14"})
+    assert platform.installed_runtimes() == {"platform", "horovod-tf2.14"}
+    platform.settings.runtime_auto_install = True
+    agrees(set(runtimes.known(platform.runtime_definitions)))
+    platform.settings.runtime_auto_install = False
+    platform.settings.backend = "kubernetes"  # every defined runtime is in its image
+    agrees(set(runtimes.known(platform.runtime_definitions)))
+
+
 def _pending(client: TestClient, platform: Platform, name: str) -> str:
     training_id: str = submit(client, create_tenant(client, name), horovod()).json()["id"]
     with platform.sessions() as session:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service import tenants, trainings
+from service import submissions, tenants, trainings
 from service.auth import TenantRef, hash_api_key
 from service.db import repository
 from service.db.models import ApiKey, Training, utcnow
@@ -39,7 +39,7 @@ def _tenant(session: Session, platform: Platform, name: str = "acme") -> TenantR
 
 def _submit(session: Session, platform: Platform, tenant: TenantRef, nodes: int = 1) -> Training:
     manifest = manifest_yaml(compute_configuration={"name": "P100", "nodes": nodes})
-    with trainings.submission(
+    with submissions.submission(
         session, platform, tenant, manifest, io.BytesIO(CODE_ZIP)
     ) as training:
         session.commit()
@@ -238,7 +238,7 @@ def test_a_submission_is_committed_by_the_caller_and_wakes_the_monitor(
 ) -> None:
     tenant = _tenant(session, platform)
     platform.monitor_wakeup.clear()
-    with trainings.submission(
+    with submissions.submission(
         session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)
     ) as training:
         assert not platform.monitor_wakeup.is_set()
@@ -246,7 +246,6 @@ def test_a_submission_is_committed_by_the_caller_and_wakes_the_monitor(
         session.commit()
     assert platform.monitor_wakeup.is_set()
     assert platform.store.stat(training.model_definition_key) is not None
-    assert list(platform.settings.home_dir.joinpath("uploads").iterdir()) == []
 
 
 def test_a_submission_whose_commit_fails_leaves_nothing_behind(
@@ -256,7 +255,7 @@ def test_a_submission_whose_commit_fails_leaves_nothing_behind(
     platform.monitor_wakeup.clear()
     with (
         pytest.raises(RuntimeError, match="the database went away"),
-        trainings.submission(
+        submissions.submission(
             session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)
         ) as training,
     ):
@@ -265,7 +264,6 @@ def test_a_submission_whose_commit_fails_leaves_nothing_behind(
     assert list(platform.store.list(keys.training_prefix(training.id))) == []
     assert repository.training_by_id(session, training.id) is None
     assert not platform.monitor_wakeup.is_set()
-    assert list(platform.settings.home_dir.joinpath("uploads").iterdir()) == []
 
 
 def test_a_submission_the_store_cannot_take_is_unavailable(
@@ -276,10 +274,10 @@ def test_a_submission_the_store_cannot_take_is_unavailable(
     def refuse(*_: object) -> None:
         raise StoreUnavailable("the store is down")
 
-    monkeypatch.setattr(platform.store, "put_file", refuse)
+    monkeypatch.setattr(platform.store, "put_stream", refuse)
     with (
         pytest.raises(ServiceUnavailable, match="the code archive cannot be stored: the store"),
-        trainings.submission(session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)),
+        submissions.submission(session, platform, tenant, manifest_yaml(), io.BytesIO(CODE_ZIP)),
     ):
         pytest.fail("no training to commit")
     session.rollback()
@@ -292,7 +290,7 @@ def test_an_unsafe_archive_is_refused_naming_the_model_definition(
     tenant = _tenant(session, platform)
     with (
         pytest.raises(ValidationFailed) as refused,
-        trainings.submission(
+        submissions.submission(
             session, platform, tenant, manifest_yaml(), io.BytesIO(b"not an archive")
         ),
     ):

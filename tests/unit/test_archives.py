@@ -252,6 +252,28 @@ def test_inspect_refuses(
         inspect_archive(write(tmp_path, build), limits)
 
 
+@pytest.mark.parametrize(("build", "limits", "expected"), BAD)
+def test_inspect_refuses_an_open_upload_alike(
+    build: Build, limits: ArchiveLimits, expected: str
+) -> None:
+    """A submission inspects the upload as the request holds it (an open file, read from
+    wherever the request left it), by the same rules as a file on disk."""
+    upload = io.BytesIO(build())
+    upload.seek(0, io.SEEK_END)
+    with pytest.raises(UnsafeArchiveError, match=re.escape(expected)):
+        inspect_archive(upload, limits)
+    assert not upload.closed
+
+
+@pytest.mark.parametrize("build", [zip_bytes, tar_bytes], ids=["zip", "tar.gz"])
+def test_an_open_upload_is_inspected_as_its_file_is(tmp_path: Path, build: Build) -> None:
+    data = partial(build, GOOD)()
+    upload = io.BytesIO(data)
+    upload.seek(7)
+    assert inspect_archive(upload) == inspect_archive(write(tmp_path, lambda: data))
+    assert not upload.closed
+
+
 @pytest.mark.parametrize("dest_exists", [False, True], ids=["new-dest", "empty-dest"])
 @pytest.mark.parametrize(("build", "limits", "expected"), BAD)
 def test_extract_refuses_and_leaves_nothing(
