@@ -156,7 +156,7 @@ def test_every_query_is_in_the_repository() -> None:
                 )
             ):
                 offenders.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(...)")
-    assert offenders == [], "queries belong in service/db/repository.py"
+    assert offenders == [], "queries belong in service/db/repository/"
 
 
 # What object-store keys look like (f-strings with {} for their fields): the platform's
