@@ -5,7 +5,7 @@ Two waits on servers make a submission: storing the code archive, and the databa
 overlap. A thread inspects the archive and stores it from the moment the request is read
 (from the request's own copy of the upload: nothing is written to disk here), while the
 request's own thread checks the manifest; the training is then
-inserted with its plan's check in one statement (`service.db.submitting`) while the
+inserted with its plan's check in one statement (`service.db.repository.submitting`) while the
 archive is still on its way, and committed once it is stored. A refused submission leaves
 nothing behind: what was stored of it is removed whatever refused it.
 """
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
 from service.db.models import Learner, StatusEvent, Training, utcnow
-from service.db.submitting import PlanRoom, insert_within_plan
+from service.db.repository import PlanRoom, insert_within_plan
 from service.domain import quotas
 from service.domain.catalog import PlanSpec
 from service.domain.manifest import Manifest, parse_manifest_text

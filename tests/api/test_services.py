@@ -176,13 +176,6 @@ def test_the_monitor_finds_queued_active_and_deletable_trainings(
     assert repository.queued_trainings_among(session, set()) == []
     ended.results_bytes = 1000
     session.commit()
-    for tenant in (acme, other):
-        assert repository.tenant_queued_and_stored(session, tenant.id) == (
-            repository.tenant_training_count(session, tenant.id, TrainingState.QUEUED),
-            repository.tenant_stored_bytes(session, tenant.id),
-        )
-    assert repository.tenant_queued_and_stored(session, acme.id)[0] == 1
-    assert repository.tenant_queued_and_stored(session, "nobody") == (0, 0)
     assert [t.id for t in repository.active_trainings(session)] == [
         pending.id,
         running.id,

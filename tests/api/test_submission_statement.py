@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from service import submissions, tenants
 from service.auth import TenantRef, new_id
 from service.db.models import Learner, StatusEvent, Training, utcnow
-from service.db.submitting import PlanRoom, Usage, insert_within_plan
+from service.db.repository import PlanRoom, Usage, insert_within_plan
 from service.domain.states import TrainingState
 from service.errors import LimitExceeded, ValidationFailed
 from service.platform import Platform

@@ -4,6 +4,8 @@
 - `tenants`: tenants, their API keys and the key revocation counter.
 - `usage`: what a tenant holds against its plan (trainings by state, active learners,
   stored bytes, deployments).
+- `submitting`: the statement that accepts a training, the plan's check and the inserts
+  in one.
 - `trainings`: trainings read whole, and what the monitor and admission ask every pass.
 - `training_views`: trainings as the API shows them (`TrainingView`), and the list cursors.
 - `deployments`: deployments, and how deploying ended.
@@ -25,6 +27,11 @@ from service.db.repository.deployments import (
     get_deployment,
     list_deployments,
     note_deployment,
+)
+from service.db.repository.submitting import (
+    PlanRoom,
+    Usage,
+    insert_within_plan,
 )
 from service.db.repository.tenants import (
     active_key_count,
@@ -67,7 +74,6 @@ from service.db.repository.trainings import (
 from service.db.repository.usage import (
     tenant_active_nodes,
     tenant_deployment_count,
-    tenant_queued_and_stored,
     tenant_stored_bytes,
     tenant_training_count,
 )
@@ -88,7 +94,9 @@ from service.db.repository.versions import (
 
 __all__ = [
     "ActiveLoad",
+    "PlanRoom",
     "TrainingView",
+    "Usage",
     "active_key_count",
     "active_key_for_hash",
     "active_load",
@@ -111,6 +119,7 @@ __all__ = [
     "get_deployment",
     "get_tenant",
     "get_training",
+    "insert_within_plan",
     "labels_of",
     "list_deployments",
     "list_tenants",
@@ -134,7 +143,6 @@ __all__ = [
     "tenant_key",
     "tenant_keys",
     "tenant_name_of",
-    "tenant_queued_and_stored",
     "tenant_stored_bytes",
     "tenant_training_count",
     "touch_key",

@@ -4,11 +4,11 @@ submitting a training or creating a deployment)."""
 
 from __future__ import annotations
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Deployment, Training
-from service.domain.states import ACTIVE_STATES, TrainingState
+from service.domain.states import ACTIVE_STATES
 
 
 def tenant_active_nodes(session: Session, tenant_id: str) -> int:
@@ -33,18 +33,6 @@ def tenant_stored_bytes(session: Session, tenant_id: str) -> int:
     stored = Training.code_bytes + Training.results_bytes + Training.checkpoint_bytes
     stmt = select(func.coalesce(func.sum(stored), 0)).where(Training.tenant_id == tenant_id)
     return int(session.scalar(stmt) or 0)
-
-
-def tenant_queued_and_stored(session: Session, tenant_id: str) -> tuple[int, int]:
-    """(tenant_training_count of QUEUED, tenant_stored_bytes) in one statement: what a
-    submission checks against the plan, one round trip instead of two."""
-    stored = Training.code_bytes + Training.results_bytes + Training.checkpoint_bytes
-    queued = case((Training.status == TrainingState.QUEUED, 1), else_=0)
-    stmt = select(func.coalesce(func.sum(queued), 0), func.coalesce(func.sum(stored), 0)).where(
-        Training.tenant_id == tenant_id
-    )
-    row = session.execute(stmt).one()
-    return int(row[0]), int(row[1])
 
 
 def tenant_deployment_count(session: Session, tenant_id: str) -> int:
