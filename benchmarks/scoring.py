@@ -58,6 +58,7 @@ from benchmarks.common import (
     manifest,
     median,
     percentile,
+    profiled,
     stop_process,
     wait_answering,
     zip_code,
@@ -446,17 +447,24 @@ def endpoint_vs_in_process(
         for _ in range(args.repeats):
             local.append(in_process(function, batch, args.seconds))
             one.append(through_endpoint(bench, url, deployment_id, batch, 1, args.seconds))
-            many.append(
-                through_endpoint(
-                    bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
-                )
-            )
-            if target is not None:
-                over_grpc.append(
-                    through_grpc(
-                        bench, target, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
+            with profiled(bench.processes["batching"].pid, f"rest-{model.name}-b{batch_size}"):
+                many.append(
+                    through_endpoint(
+                        bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, args.seconds
                     )
                 )
+            if target is not None:
+                with profiled(bench.processes["grpc"].pid, f"grpc-{model.name}-{len(local)}"):
+                    over_grpc.append(
+                        through_grpc(
+                            bench,
+                            target,
+                            deployment_id,
+                            batch,
+                            THROUGHPUT_CONCURRENCY,
+                            args.seconds,
+                        )
+                    )
         base, c1, cn = summarize(local), summarize(one), summarize(many)
         if over_grpc:
             rows.append(grpc_row(model, batch_size, summarize(over_grpc), base, cn))

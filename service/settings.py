@@ -310,7 +310,7 @@ class Settings(BaseSettings):
         default=True, description="Merge concurrent prediction requests into one model call."
     )
     scoring_max_batch_size: int = Field(
-        default=64, gt=0, description="Most instances in one batched model call."
+        default=256, gt=0, description="Most instances in one batched model call."
     )
     scoring_max_wait_ms: float = Field(
         default=2.0, ge=0, description="How long a batch waits for more requests to join it."
