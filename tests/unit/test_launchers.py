@@ -119,6 +119,9 @@ def test_mpi_launch(framework: str, nodes: int, gpus: int, ranks: int) -> None:
     # No UCX: it probes /sys/class/net, which a sandbox has not, and logs ERROR lines.
     mca = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "--mca"}
     assert mca["pml"] == "ob1" and mca["osc"] == "^ucx"
+    # Ranks unbound: each learner is a host to mpirun, whose default binding put every
+    # host's first rank on core 0 (learners sharing a machine then shared one core).
+    assert argv[argv.index("--bind-to") + 1] == "none"
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"TRAINING_ID", "NUM_LEARNERS", "LEARNER_NAME_PREFIX", "GPU_COUNT"} <= exported
     tail = argv[argv.index("worker.learner.rank") - 2 :]

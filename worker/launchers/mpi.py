@@ -23,6 +23,11 @@ from worker.launchers.plan import (
     shell,
 )
 
+# Ranks are not bound to cores (Horovod's own launch line, `-bind-to none -map-by slot`):
+# each learner is a host of its own to mpirun, whose default (`--bind-to core` for up to
+# two ranks) bound every host's first rank to core 0, so that learners sharing a machine
+# (the local backend, pods on one node) ran all their ranks on one core; a 2-learner
+# Horovod job ran at half the speed of the same `mpirun -np 2` by hand.
 # Passed to every rank; the rank prefix overrides the per-learner ones.
 _SHARED_VARS = ("TRAINING_ID", "NUM_LEARNERS", "LEARNER_NAME_PREFIX", "GPU_COUNT")
 DDL_DEFAULT_OPTIONS = "-mode r:{gpus}x{nodes}"
@@ -49,7 +54,7 @@ def plan_mpi(spec: TrainingSpec, addressing: Addressing, mpi: MpiSetup) -> Launc
         env1["DDL_OPTIONS"] = DDL_DEFAULT_OPTIONS.format(gpus=slots, nodes=spec.nodes)
         exported.append("DDL_OPTIONS")
     argv: list[str] = [mpi.mpirun, "-np", str(ranks), "--hostfile", mpi.hostfile_path]
-    argv += ["--map-by", "slot", *TRANSPORTS, *mpi.options]
+    argv += ["--map-by", "slot", "--bind-to", "none", *TRANSPORTS, *mpi.options]
     if "DLAAS_JOB_ID" in env1:  # FfDL's conventions
         exported.append("DLAAS_JOB_ID")
     for name in exported:
