@@ -120,6 +120,11 @@ def submit_to_pods(quick: bool) -> Row:
                 DLAAS_S3_SECRET_KEY=SECRET_KEY,
                 DLAAS_S3_BUCKET="dlaas-bench",
                 DLAAS_LOG_STORE_URL=LOG_STORE,
+                # Where the pods reach those stores, through each training's NetworkPolicy
+                # (dlaas up refuses a cluster backend that does not say).
+                DLAAS_K8S_EGRESS_CIDRS="127.0.0.0/8",
+                # The learners' store credentials are assumed from a role (moto's STS).
+                DLAAS_STORE_ROLE_ARN="arn:aws:iam::123456789012:role/dlaas-learners",
             ) as platform,
             platform.client() as http,
         ):

@@ -20,7 +20,8 @@ REST and gRPC predictions): the requests queue on the loop, and a batch is hande
 model process's connection by the loop itself (`LoopStart`: the frame written, the answer
 read as the socket is ready), with no thread between the request and the model process. A
 lone request goes at once; while a call runs, the requests that arrive are gathered and go
-as one call when it ends, or as soon as they fill a batch. Requests submitted from another
+as one call when it ends, or on a free connection once they hold READY_ROWS rows (they
+merge up to max_batch_size behind busy connections). Requests submitted from another
 thread go through the threaded batcher it is given.
 
 `DirectRunner` is the same interface without batching: each request is its own model
@@ -293,6 +294,14 @@ class _LoopPending:
 _RETRY = 0.0005
 
 
+# Rows queued that go on a free connection at once, without waiting for the running call
+# to end (`LoopBatcher`'s ready_rows): small requests gather behind a running call (what
+# batching gains), a batch of this size is worth a call of its own on the other connection
+# (a model that computes per row keeps both cores), and what queues behind both shares the
+# next call up to max_batch_size (a small model's call costs the same for 64 rows or 256).
+READY_ROWS = 64
+
+
 class LoopBatcher:
     """DynamicBatcher's batches made on the event loop (see the module's docstring).
 
@@ -307,10 +316,12 @@ class LoopBatcher:
         max_batch_size: int,
         max_wait: float,
         arrivals: Arrivals | None = None,
+        ready_rows: int = READY_ROWS,
     ) -> None:
         self._start = start
         self._threads = threads
         self.max_batch_size = max_batch_size
+        self.ready_rows = min(ready_rows, max_batch_size)
         self.max_wait = max_wait
         self._arrivals = arrivals
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -363,10 +374,10 @@ class LoopBatcher:
     def _pump(self) -> None:
         self._scheduled = False
         while self._queue and not self._closed:
-            full = self._queued_rows >= self.max_batch_size
-            if self._running and not full:
-                return  # gathering until the running call ends or a batch is full
-            if not full and self._coming():
+            ready = self._queued_rows >= self.ready_rows
+            if self._running and not ready:
+                return  # gathering until the running call ends or a batch is ready
+            if not ready and self._coming():
                 # Announced requests may join, until max_wait after the oldest one queued
                 # (which may have waited out a running call already).
                 assert self._loop is not None

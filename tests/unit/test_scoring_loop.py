@@ -304,3 +304,37 @@ def test_requests_that_waited_out_a_running_call_go_at_once_when_it_ends() -> No
                 assert [r for r, _ in model.calls] == [1, 1]
 
     asyncio.run(main())
+
+
+def test_a_ready_batch_takes_the_free_connection_and_the_rest_merge_behind() -> None:
+    """Batch-64 requests (ready_rows) each go on a free connection at once, not behind
+    the running call; those behind two busy connections share the next call, up to
+    max_batch_size. Smaller requests still gather behind the running call."""
+
+    async def main() -> None:
+        model = LoopModel(connections=2)
+        b = batcher(model, max_batch_size=12, ready_rows=4)
+        futures = []
+        for i in range(4):  # one by one, as requests arrive
+            futures.append(b.submit(rows(10 * i, 4), 4))
+            await settle()
+        assert [r for r, _ in model.calls] == [4, 4]  # both connections, no waiting
+        model.answer(0)
+        await settle()
+        assert [r for r, _ in model.calls] == [4, 4, 8]  # the two queued, one call
+        model.answer(1), model.answer(2)
+        await asyncio.gather(*futures)  # type: ignore[arg-type]
+        for i, f in enumerate(futures):
+            np.testing.assert_array_equal(f.result()["y"], rows(10 * i, 4)["x"] * 2)
+        small = [b.submit(rows(0, 1), 1)]
+        await settle()
+        small += [b.submit(rows(i, 1), 1) for i in range(1, 3)]
+        await settle()
+        assert [r for r, _ in model.calls][3:] == [1]  # under ready_rows: the two wait
+        model.answer(3)
+        await settle()
+        assert [r for r, _ in model.calls][3:] == [1, 2]
+        model.answer(4)
+        await asyncio.gather(*small)  # type: ignore[arg-type]
+
+    asyncio.run(main())
