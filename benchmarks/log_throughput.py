@@ -40,7 +40,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Platform, Row, dlaas_up, manifest, median, zip_code
+from benchmarks.common import Platform, Row, dlaas_up, manifest, median, profiled, zip_code
 
 LINES = 100_000
 # Each line: its number (8 digits), a space, 90 bytes of text and the newline: 100 bytes.
@@ -175,7 +175,8 @@ def run(quick: bool) -> list[Row]:
         for i in range(repeats):
             if i % 2:
                 direct_walls.append(direct(LINES))
-            rate, wall = through_platform(platform, LINES)
+            with profiled(platform.process.pid, f"log-throughput-{i}"):
+                rate, wall = through_platform(platform, LINES)
             rates.append(rate)
             walls.append(wall)
             if not i % 2:

@@ -116,7 +116,8 @@ def through_platform(platform: Platform, http: httpx.Client, samples: int) -> fl
     )
     start = time.monotonic()
     t = platform.submit(http, manifest, code_zip())
-    done = platform.wait(http, t["id"], {"COMPLETED", "FAILED"}, timeout=600, poll=0.25)
+    # Polled every 20 ms: at 0.25 s the poll alone added 0.125 s on average to a run.
+    done = platform.wait(http, t["id"], {"COMPLETED", "FAILED"}, timeout=600, poll=0.02)
     if done["status"] != "COMPLETED":
         raise RuntimeError(f"the training failed: {done['status_message']}")
     return time.monotonic() - start
