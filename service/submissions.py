@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +42,8 @@ from service.storage.endpoints import check_references
 
 if TYPE_CHECKING:
     from service.platform import Platform
+
+log = logging.getLogger(__name__)
 
 # Threads storing submitted archives (each is waited for by its submission).
 _ARCHIVES = ThreadPoolExecutor(16, thread_name_prefix="archive-upload")
@@ -212,6 +215,7 @@ class _ArchiveUpload:
         self._archive = archive
         self._training_id = training_id
         self._abandoned = threading.Event()
+        self._putting = False  # the archive was (being) sent to the store
         self.size = 0
         self._stages = _Stages(Future(), Future())
         self._done = _ARCHIVES.submit(self._run)
@@ -232,10 +236,20 @@ class _ArchiveUpload:
 
     def abandon(self) -> None:
         """The submission was refused: store nothing more, and remove what was stored (once
-        the thread is done with it, so nothing lands later)."""
+        the thread is done with it, so nothing lands later). Where the store cannot be
+        reached now, what it may hold is logged, and the refusal goes on as it was."""
         self._abandoned.set()
         self._done.result()
-        self._store.delete_prefix(keys.training_prefix(self._training_id))
+        if not self._putting:
+            return  # nothing was sent to the store
+        try:
+            self._store.delete_prefix(keys.training_prefix(self._training_id))
+        except StoreUnavailable as e:
+            log.warning(
+                "the code archive of refused submission %s may remain in the store: %s",
+                self._training_id,
+                e,
+            )
 
     def _run(self) -> None:
         stages, archive = self._stages, self._archive
@@ -250,6 +264,7 @@ class _ArchiveUpload:
         if self._abandoned.is_set():
             stages.stored.set_exception(RuntimeError("the submission was refused"))
             return
+        self._putting = True
         try:
             archive.seek(0)
             key = keys.model_definition_key(self._training_id, summary.format)
