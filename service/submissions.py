@@ -197,12 +197,6 @@ class _StartableRuntimes:
         return isinstance(name, str) and self.platform.runtime_startable(name)
 
 
-@dataclass
-class _Stages:
-    inspected: Future[ArchiveSummary]
-    stored: Future[None]
-
-
 class _ArchiveUpload:
     """The code archive on its way to the store, from the moment the request is read: one
     thread inspects it and stores it, unless the submission is abandoned before it is
@@ -217,20 +211,21 @@ class _ArchiveUpload:
         self._abandoned = threading.Event()
         self._putting = False  # the archive was (being) sent to the store
         self.size = 0
-        self._stages = _Stages(Future(), Future())
+        self._inspected: Future[ArchiveSummary] = Future()
+        self._stored: Future[None] = Future()
         self._done = _ARCHIVES.submit(self._run)
 
     def inspected(self) -> ArchiveSummary:
         """Once the archive is inspected: what it holds; ValidationFailed if it is unsafe."""
         try:
-            return self._stages.inspected.result()
+            return self._inspected.result()
         except UnsafeArchiveError as e:
             raise ValidationFailed([FieldError("model_definition", str(e))]) from e
 
     def stored(self) -> None:
         """Once the archive is stored; ServiceUnavailable if the store could not take it."""
         try:
-            self._stages.stored.result()
+            self._stored.result()
         except StoreUnavailable as e:
             raise ServiceUnavailable(f"the code archive cannot be stored: {e}") from e
 
@@ -252,17 +247,17 @@ class _ArchiveUpload:
             )
 
     def _run(self) -> None:
-        stages, archive = self._stages, self._archive
+        inspected, stored, archive = self._inspected, self._stored, self._archive
         try:
             self.size = archive.seek(0, io.SEEK_END)
             summary = inspect_archive(archive, self._limits)
         except BaseException as e:
-            stages.inspected.set_exception(e)
-            stages.stored.set_exception(e)
+            inspected.set_exception(e)
+            stored.set_exception(e)
             return
-        stages.inspected.set_result(summary)
+        inspected.set_result(summary)
         if self._abandoned.is_set():
-            stages.stored.set_exception(RuntimeError("the submission was refused"))
+            stored.set_exception(RuntimeError("the submission was refused"))
             return
         self._putting = True
         try:
@@ -270,6 +265,6 @@ class _ArchiveUpload:
             key = keys.model_definition_key(self._training_id, summary.format)
             self._store.put_stream(key, archive, self.size)
         except BaseException as e:
-            stages.stored.set_exception(e)
+            stored.set_exception(e)
             return
-        stages.stored.set_result(None)
+        stored.set_result(None)

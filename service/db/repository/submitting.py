@@ -67,13 +67,14 @@ def insert_within_plan(session: Session, training: Training, room: PlanRoom) -> 
     Returns None once inserted (the objects are then persistent in `session`, within its
     transaction), or the tenant's usage that left no room (nothing inserted)."""
     _complete(training, *training.learners, *training.events)
-    params = _params(training, room)
+    learners = [_row(lr) for lr in training.learners]
+    params = _params(training, learners, room)
     if session.get_bind().dialect.name == "postgresql":
         queued, stored, event_id = session.execute(_STATEMENTS.postgresql, params).one()
     else:
         event_id = None
         if session.execute(_STATEMENTS.sqlite_training, params).first() is not None:
-            session.execute(_STATEMENTS.sqlite_learners, [_row(lr) for lr in training.learners])
+            session.execute(_STATEMENTS.sqlite_learners, learners)
             event_id = session.scalar(_STATEMENTS.sqlite_event, params)
         else:
             queued, stored = session.execute(_STATEMENTS.sqlite_usage, params).one()
@@ -86,10 +87,9 @@ def insert_within_plan(session: Session, training: Training, room: PlanRoom) -> 
     return None
 
 
-def _params(training: Training, room: PlanRoom) -> dict[str, Any]:
-    """The statements' parameters: the training's columns (t_*), its learners' (l_*) and
-    its event's (e_*), and the plan's room."""
-    learners = [_row(lr) for lr in training.learners]
+def _params(training: Training, learners: list[dict[str, Any]], room: PlanRoom) -> dict[str, Any]:
+    """The statements' parameters: the training's columns (t_*), its learners' (l_*, of
+    their `learners` rows) and its event's (e_*), and the plan's room."""
     first = learners[0]
     uniform = {k: v for k, v in first.items() if k not in ("training_id", "learner_id")}
     if [lr["learner_id"] for lr in learners] != list(range(1, len(learners) + 1)) or any(
