@@ -1,9 +1,9 @@
 """What the platform adds to a user's own training time.
 
 A 2-learner training doing a fixed amount of CPU work (~30 s) is submitted through the
-platform (submit → COMPLETED seen by the client), and the same two learners are launched
-directly by hand with the same command and environment, back to back, in pairs. The ratio
-is the median over the pairs of platform / direct.
+platform (submit → COMPLETED as the platform recorded it, `Platform.run_to_end`), and the
+same two learners are launched directly by hand with the same command and environment,
+back to back, in pairs. The ratio is the median over the pairs of platform / direct.
 
     python benchmarks/training_overhead.py [--quick]
 """
@@ -84,19 +84,15 @@ def direct(rounds: int) -> float:
 
 
 def through_platform(platform: Platform, http: httpx.Client, rounds: int) -> tuple[float, float]:
-    """Submit → COMPLETED seen by the client, and how much of it was before RUNNING."""
+    """Submit → COMPLETED as the platform recorded it, and how much of it was before
+    RUNNING."""
     code = zip_code({"work.py": WORK})
     submitted = time.time()
-    start = time.monotonic()
-    t = platform.submit(
+    elapsed, done = platform.run_to_end(
         http, manifest(f"python3 work.py {rounds}", nodes=2, parameter_servers=0), code
     )
-    # Polled 4 times a second: the client's own requests must not compete with the
-    # learners for the cores (at most 0.25 s of error on ~30 s).
-    done = platform.wait(http, t["id"], {"COMPLETED", "FAILED"}, timeout=600, poll=0.25)
     if done["status"] != "COMPLETED":
         raise RuntimeError(f"the training failed: {done['status_message']}")
-    elapsed = time.monotonic() - start
     running = next(e["at"] for e in done["status_history"] if e["status"] == "RUNNING")
     return elapsed, datetime.fromisoformat(running).timestamp() - submitted
 
