@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from service.api.app import create_app
 from service.db.models import Base
@@ -87,6 +88,24 @@ def platform(settings: Settings) -> Iterator[Platform]:
     p = Platform.from_settings(settings)
     yield p
     p.close()
+
+
+@pytest.fixture
+def session(platform: Platform) -> Iterator[Session]:
+    """A session on the platform's migrated database."""
+    platform.migrate()
+    with platform.sessions() as s:
+        yield s
+
+
+class Slots:
+    """A backend with `n` learner slots (all admission asks of it)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def slots(self) -> int:
+        return self.n
 
 
 @pytest.fixture

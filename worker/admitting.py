@@ -41,12 +41,16 @@ def admit_queued(
     computes: Mapping[str, ComputeSpec] | None = None,
 ) -> None:
     """Move the trainings admitted now to PENDING and add their LAUNCH to `outbox`
-    (`computes`: the compute configurations offered, for a backend that fits them)."""
-    queued = repository.queued_candidates(session)
-    if not queued:
+    (`computes`: the compute configurations offered, for a backend that fits them).
+
+    The queue is read only as far as admission goes (`repository.queued_in_order`): on a
+    busy platform it stops at the first training, and a pass follows every submission.
+    Those that can never start are found by the database (`queued_above`), where the
+    backend counts slots; a backend that fits learners onto its nodes weighs every one."""
+    plan_of = repository.plans_of_queuing_tenants(session)
+    if not plan_of:
         return
     load = repository.active_load(session)
-    plan_of = repository.plans_of_tenants(session, {t.tenant_id for t in queued})
     plans = {tid: plans_offered[plan] for tid, plan in plan_of.items() if plan in plans_offered}
     slots = backend.slots()
     fit: CapacityFit | None = None
@@ -54,12 +58,31 @@ def admit_queued(
         fit = backend.fit(repository.starting_candidates(session), computes or {})
     never_fit: dict[str, str] = {}
     if fit is not None:
-        for c in queued:
+        weighed = repository.queued_candidates(session)
+        for c in weighed:
             if (why := fit.never(c)) is not None:
                 never_fit[c.training_id] = why
-        queued = [c for c in queued if c.training_id not in never_fit]
+    else:
+        # No training with at most this many learners can be over either bound.
+        bound = min([slots, *(p.active_nodes_limit for p in plans.values())])
+        weighed = repository.queued_above(session, bound)
+        for c in weighed:
+            if c.nodes > slots:
+                never_fit[c.training_id] = (
+                    f"capacity: {c.nodes} learners can never fit this platform's {slots} "
+                    "learner slots"
+                )
+    for c in weighed:
+        if c.training_id not in never_fit and c.tenant_id in plans:
+            limit = plans[c.tenant_id].active_nodes_limit
+            if c.nodes > limit:
+                # Accepted under a plan that allowed more (the catalog changed since).
+                never_fit[c.training_id] = (
+                    f"capacity: {c.nodes} learners can never fit the plan's {limit} active "
+                    "learners (max_active_nodes)"
+                )
     admission = admit(
-        queued,
+        (c for c in repository.queued_in_order(session) if c.training_id not in never_fit),
         active_per_tenant=load.trainings,
         concurrency_per_tenant={tid: p.max_concurrent_trainings for tid, p in plans.items()},
         free_slots=slots - load.total_nodes,
@@ -68,22 +91,7 @@ def admit_queued(
         fit=fit,
     )
     admitted = set(admission.started)
-    for c in queued:
-        if fit is None and c.nodes > slots:
-            never_fit[c.training_id] = (
-                f"capacity: {c.nodes} learners can never fit this platform's {slots} learner slots"
-            )
-        elif c.tenant_id in plans and c.nodes > (limit := plans[c.tenant_id].active_nodes_limit):
-            # Accepted under a plan that allowed more (the catalog changed since).
-            never_fit[c.training_id] = (
-                f"capacity: {c.nodes} learners can never fit the plan's {limit} active "
-                "learners (max_active_nodes)"
-            )
-    waiting = {
-        tid: wait.message()
-        for tid, wait in admission.waiting_on_nodes.items()
-        if tid not in never_fit
-    }
+    waiting = {tid: wait.message() for tid, wait in admission.waiting_on_nodes.items()}
     waiting |= {tid: WAITING_PREFIX + why for tid, why in admission.waiting_on_capacity.items()}
     repository.set_queued_messages(session, waiting, WAITING_PREFIX)
     # Only the trainings that change are loaded as objects (most of a queue waits).

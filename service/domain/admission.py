@@ -15,7 +15,7 @@ nodes), what that says; each training admitted takes its part before the next is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,7 +67,7 @@ class Admission:
 
 
 def admit(
-    queued: Sequence[Candidate],
+    queued: Iterable[Candidate],
     *,
     active_per_tenant: Mapping[str, int],
     concurrency_per_tenant: Mapping[str, int],
@@ -76,7 +76,8 @@ def admit(
     node_limit_per_tenant: Mapping[str, int] | None = None,
     fit: Fit | None = None,
 ) -> Admission:
-    """Which of the queued trainings (oldest first in `queued`) start now.
+    """Which of the queued trainings (oldest first in `queued`) start now. `queued` is
+    read only as far as it must be: up to the first training that does not fit.
 
     `active_nodes_per_tenant`: the learners each tenant's active trainings hold;
     `node_limit_per_tenant`: how many its plan allows (a tenant not in it: no limit);

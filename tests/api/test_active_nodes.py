@@ -6,7 +6,6 @@ submission when a training could never fit it, and shown by GET /v1/usage."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from typing import cast
 
 import pytest
@@ -20,7 +19,7 @@ from service.db.models import Training
 from service.dispatch import LAUNCH
 from service.domain.states import TrainingState
 from service.platform import Platform
-from tests.conftest import CODE_ZIP, create_tenant, manifest_yaml, submit
+from tests.conftest import CODE_ZIP, Slots, create_tenant, manifest_yaml, submit
 from worker.admitting import admit_queued
 from worker.backends.base import Backend
 
@@ -34,23 +33,6 @@ def platform(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> Platform:
     plans["team"] = plans["standard"].model_copy(update={"max_nodes": 4, "max_active_nodes": LIMIT})
     monkeypatch.setattr(platform, "catalog", platform.catalog.model_copy(update={"plans": plans}))
     return platform
-
-
-@pytest.fixture
-def session(platform: Platform) -> Iterator[Session]:
-    platform.migrate()
-    with platform.sessions() as s:
-        yield s
-
-
-class Slots:
-    """A backend with `n` learner slots (all admission asks of it)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def slots(self) -> int:
-        return self.n
 
 
 def _tenant(session: Session, platform: Platform, name: str, plan: str = "team") -> TenantRef:

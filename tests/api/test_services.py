@@ -4,7 +4,6 @@ and PostgreSQL, without the HTTP layer."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,13 +21,6 @@ from service.platform import Platform
 from service.storage import keys
 from service.storage.base import StoreUnavailable
 from tests.conftest import CODE_ZIP, manifest_yaml
-
-
-@pytest.fixture
-def session(platform: Platform) -> Iterator[Session]:
-    platform.migrate()
-    with platform.sessions() as s:
-        yield s
 
 
 def _tenant(session: Session, platform: Platform, name: str = "acme") -> TenantRef:

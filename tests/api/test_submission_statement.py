@@ -24,13 +24,6 @@ from tests.conftest import CODE_ZIP, manifest_yaml
 
 
 @pytest.fixture
-def session(platform: Platform) -> Iterator[Session]:
-    platform.migrate()
-    with platform.sessions() as s:
-        yield s
-
-
-@pytest.fixture
 def tenant(session: Session, platform: Platform) -> TenantRef:
     made, _ = tenants.create_tenant(session, platform.catalog, "acme", "standard")
     session.commit()

@@ -9,7 +9,8 @@ from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiKey, KeyRevocations, Tenant
+from service.db.models import ApiKey, KeyRevocations, Tenant, Training
+from service.domain.states import TrainingState
 
 
 def tenant_for_key_hash(session: Session, key_hash: str) -> Tenant | None:
@@ -99,6 +100,20 @@ def tenant_name_of(session: Session, tenant_id: str) -> str | None:
 
 def list_tenants(session: Session) -> Sequence[Tenant]:
     return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)).all()
+
+
+def plans_of_queuing_tenants(session: Session) -> dict[str, str]:
+    """The plan name of each tenant with a QUEUED training, by tenant id (one index probe
+    per tenant, not a read of the queue)."""
+    queued = (
+        select(Training.id)
+        .where(Training.tenant_id == Tenant.id, Training.status == TrainingState.QUEUED)
+        .exists()
+    )
+    return {
+        tenant_id: plan
+        for tenant_id, plan in session.execute(select(Tenant.id, Tenant.plan).where(queued))
+    }
 
 
 def plans_of_tenants(session: Session, tenant_ids: Collection[str]) -> dict[str, str]:
