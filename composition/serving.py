@@ -203,7 +203,7 @@ def serve(
         server.should_exit = True
         api.join(timeout=15)
         monitor_stop.set()
-        platform.monitor_wakeup.set()
+        platform.wake_monitor()
         monitor.join(timeout=15)
         close_backend(backend)
         try:

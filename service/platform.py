@@ -123,8 +123,10 @@ class Platform:
     admin_key: str
     log_sink: LogSinkConfig = field(default_factory=lambda: LogSinkConfig(kind="file"))
     # Set when there is news for a monitor running in this process (a submission, a stop
-    # request), so it reacts now instead of at its next pass.
+    # request, a learner's status), so it reacts now instead of at its next pass; with
+    # `monitor_urgent` when the news is not only submissions (`wake_monitor`).
     monitor_wakeup: threading.Event = field(default_factory=threading.Event)
+    monitor_urgent: threading.Event = field(default_factory=threading.Event)
     # Who a key belongs to; a revoked key stops working within a second (KeyCache).
     tenant_keys: KeyCache = field(default_factory=KeyCache)
     # Whether this platform brought its database's schema up to date already: `dlaas up`
@@ -151,6 +153,17 @@ class Platform:
             admin_key=ensure_admin_key(settings),
             log_sink=log_sink,
         )
+
+    def wake_monitor(self) -> None:
+        """News a monitor in this process acts on at once: a learner's status changed, a
+        stop was asked."""
+        self.monitor_urgent.set()
+        self.monitor_wakeup.set()
+
+    def wake_monitor_to_admit(self) -> None:
+        """A training was queued: a monitor in this process admits it now after a quiet
+        spell; during a burst, at most one pass per ADMISSION_SPACING of the monitor."""
+        self.monitor_wakeup.set()
 
     @cached_property
     def logs(self) -> LogStore:

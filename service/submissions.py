@@ -98,7 +98,7 @@ def submission(
             session.expunge(training)
         storing.abandon()
         raise
-    platform.monitor_wakeup.set()
+    platform.wake_monitor_to_admit()
 
 
 def _checked(

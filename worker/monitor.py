@@ -93,6 +93,10 @@ STOP_CHECK = 0.5
 # The least time between the starts of two passes when a wakeup starts the second
 # (`wait_for_next_pass`).
 WAKE_SPACING = 0.05
+# The same when only submissions woke it: a burst of them is admitted by a pass at most
+# every ADMISSION_SPACING (each pass reads the active trainings, the queue's head and the
+# load; one per 50 ms took a fifth of the API's CPU at 80 submissions a second).
+ADMISSION_SPACING = 0.2
 
 
 def wait_for_next_pass(
@@ -101,18 +105,24 @@ def wait_for_next_pass(
     wakeup: threading.Event,
     stop: threading.Event,
     spacing: float = WAKE_SPACING,
+    urgent: threading.Event | None = None,
+    admission_spacing: float = ADMISSION_SPACING,
 ) -> None:
     """Until the next pass is due: `interval` after this one `started` (time.monotonic),
     or sooner when woken, but not sooner than `spacing` after it started. A burst of
     wakeups (a submission each, a learner's status change each) is one pass, not one
-    each: a pass reads every queued training, so passes at the rate of submissions cost
-    the API's process as much as the submissions (18% of its CPU at 80 submissions/s
-    with hundreds queued). A wakeup after a quiet spell starts a pass at once. Returns at
-    once on `stop`; the wakeups stay set for the pass to clear."""
+    each. A wakeup without `urgent` (only submissions, when `urgent` is given) waits until
+    `admission_spacing` after the pass started, or until urgent news comes. A wakeup
+    after a quiet spell starts a pass at once. Returns at once on `stop`; the wakeups
+    stay set for the pass to clear."""
     next_pass = started + interval
     # In slices, so that a stop is seen soon whatever the interval.
     while not stop.is_set() and (left := next_pass - time.monotonic()) > 0:
         if wakeup.wait(min(left, STOP_CHECK)):
+            if urgent is not None and not urgent.is_set():
+                rest = min(started + admission_spacing, next_pass) - time.monotonic()
+                if rest > 0:
+                    urgent.wait(min(rest, STOP_CHECK))
             if (rest := started + spacing - time.monotonic()) > 0:
                 stop.wait(rest)
             return
@@ -398,13 +408,14 @@ class Monitor:
 
     def run(self, stop: threading.Event) -> None:
         interval = self.platform.settings.monitor_interval
-        wakeup = self.platform.monitor_wakeup
-        # Woken at once by the API in this process (embedded) and by learners' status
+        wakeup, urgent = self.platform.monitor_wakeup, self.platform.monitor_urgent
+        # Woken by the API in this process (embedded) and at once by learners' status
         # changes (the backend's notifications); polling catches everything else.
-        with self._leadership(stop) as leader, self.backend.changes(wakeup.set):
+        with self._leadership(stop) as leader, self.backend.changes(self.platform.wake_monitor):
             log.info("monitor running (every %.2f s)", interval)
             while not stop.is_set():
                 started = time.monotonic()
+                urgent.clear()
                 wakeup.clear()
                 if not leader.held():
                     # The database restarted (or dropped the lock's connection): another
@@ -416,7 +427,7 @@ class Monitor:
                     self.tick()
                 except Exception:
                     log.exception("monitor pass failed; retrying")
-                wait_for_next_pass(started, interval, wakeup, stop)
+                wait_for_next_pass(started, interval, wakeup, stop, urgent=urgent)
 
     @contextlib.contextmanager
     def _leadership(self, stop: threading.Event) -> Iterator[Leadership]:

@@ -125,7 +125,7 @@ def stop_training(
     training = owned_training(session, tenant, training_id)
     halted = service.request_stop(training)
     session.commit()
-    platform.monitor_wakeup.set()
+    platform.wake_monitor()
     if not halted:
         response.status_code = status.HTTP_202_ACCEPTED
     return TrainingOut.of(training)

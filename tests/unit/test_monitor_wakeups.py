@@ -1,5 +1,6 @@
 """The monitor's wait between passes (`worker.monitor.wait_for_next_pass`): a burst of
-wakeups is one pass, a lone wakeup starts one at once, a stop ends the wait."""
+wakeups is one pass, a burst of submissions alone fewer still, a lone wakeup starts one at
+once, urgent news is not held behind submissions, a stop ends the wait."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import time
 from worker.monitor import wait_for_next_pass
 
 
-def _passes_during_a_burst(spacing: float, burst: float) -> tuple[int, float]:
+def _passes_during_a_burst(
+    spacing: float, burst: float, admission_spacing: float | None = None
+) -> tuple[int, float]:
     """Run the monitor's loop (a pass is a counter) while another thread wakes it every
-    millisecond for `burst` seconds; the passes it made, and how long after the last
-    wakeup the last pass started."""
+    millisecond for `burst` seconds (with `admission_spacing`: wakeups of submissions
+    alone); the passes it made, and how long after the last wakeup the last pass started."""
     wakeup, stop, done = threading.Event(), threading.Event(), threading.Event()
+    urgent = threading.Event() if admission_spacing is not None else None
     passes: list[float] = []
     last_wakeup = 0.0
 
@@ -22,7 +26,12 @@ def _passes_during_a_burst(spacing: float, burst: float) -> tuple[int, float]:
             started = time.monotonic()
             wakeup.clear()
             passes.append(started)
-            wait_for_next_pass(started, 60.0, wakeup, stop, spacing)
+            if urgent is None:
+                wait_for_next_pass(started, 60.0, wakeup, stop, spacing)
+            else:
+                wait_for_next_pass(
+                    started, 60.0, wakeup, stop, spacing, urgent, admission_spacing or 0.0
+                )
 
     thread = threading.Thread(target=loop)
     thread.start()
@@ -31,7 +40,7 @@ def _passes_during_a_burst(spacing: float, burst: float) -> tuple[int, float]:
         last_wakeup = time.monotonic()
         wakeup.set()
         time.sleep(0.001)
-    done.wait(spacing * 4)  # the pass after the last wakeup
+    done.wait(max(spacing, admission_spacing or 0.0) * 4)  # the pass after the last wakeup
     stop.set()
     thread.join(5)
     return len(passes), passes[-1] - last_wakeup
@@ -62,3 +71,30 @@ def test_a_lone_wakeup_starts_the_pass_at_once_and_a_stop_ends_the_wait() -> Non
     # above what either takes, so load cannot fail them).
     assert woken_after < 0.4 and stopped_after < 30
     assert wakeup.is_set() is False and stop.is_set()
+
+
+def test_a_burst_of_submissions_alone_is_a_pass_per_admission_spacing() -> None:
+    passes, last_after_wakeup = _passes_during_a_burst(
+        spacing=0.01, burst=1.0, admission_spacing=0.2
+    )
+    # One pass per 0.2 s (and the first), where the spacing alone allowed ~100.
+    assert 2 <= passes <= 1.0 / 0.2 + 2
+    assert last_after_wakeup >= 0
+
+
+def test_urgent_news_is_not_held_behind_submissions_and_a_lone_submission_is_admitted_now() -> None:
+    wakeup, stop, urgent = threading.Event(), threading.Event(), threading.Event()
+    # A submission right after a pass began, then a learner's status 50 ms later.
+    started = time.monotonic()
+    wakeup.set()
+    threading.Timer(0.05, urgent.set).start()
+    wait_for_next_pass(started, 60.0, wakeup, stop, 0.0, urgent, admission_spacing=30.0)
+    urgent_after = time.monotonic() - started
+    # A submission after a quiet spell.
+    urgent.clear()
+    started = time.monotonic() - 1.0
+    t = time.monotonic()
+    wait_for_next_pass(started, 60.0, wakeup, stop, 0.0, urgent, admission_spacing=0.5)
+    lone_after = time.monotonic() - t
+    # Neither waited for the admission spacing (bounds far above what either takes).
+    assert urgent_after < 15 and lone_after < 0.4
