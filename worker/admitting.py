@@ -17,7 +17,7 @@ failed when it was queued again before (`release_gang`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from service.db import repository
 from service.db.models import Training
 from service.dispatch import FINALIZE, LAUNCH, STOP
-from service.domain.admission import WAITING_PREFIX, admit
+from service.domain.admission import WAITING_PREFIX, Candidate, admit
 from service.domain.catalog import ComputeSpec, PlanSpec
 from service.domain.gang_release import Release
 from service.domain.states import TrainingState
@@ -46,7 +46,8 @@ def admit_queued(
     The queue is read only as far as admission goes (`repository.queued_in_order`): on a
     busy platform it stops at the first training, and a pass follows every submission.
     Those that can never start are found by the database (`queued_above`), where the
-    backend counts slots; a backend that fits learners onto its nodes weighs every one."""
+    backend counts slots; a backend that fits learners onto its nodes weighs every one,
+    read once."""
     plan_of = repository.plans_of_queuing_tenants(session)
     if not plan_of:
         return
@@ -57,8 +58,10 @@ def admit_queued(
     if isinstance(backend, FitsCapacity):
         fit = backend.fit(repository.starting_candidates(session), computes or {})
     never_fit: dict[str, str] = {}
+    queued: Iterable[Candidate]
     if fit is not None:
         weighed = repository.queued_candidates(session)
+        queued = weighed
         for c in weighed:
             if (why := fit.never(c)) is not None:
                 never_fit[c.training_id] = why
@@ -66,6 +69,7 @@ def admit_queued(
         # No training with at most this many learners can be over either bound.
         bound = min([slots, *(p.active_nodes_limit for p in plans.values())])
         weighed = repository.queued_above(session, bound)
+        queued = repository.queued_in_order(session)  # read only as admission goes on
         for c in weighed:
             if c.nodes > slots:
                 never_fit[c.training_id] = (
@@ -82,7 +86,7 @@ def admit_queued(
                     "learners (max_active_nodes)"
                 )
     admission = admit(
-        (c for c in repository.queued_in_order(session) if c.training_id not in never_fit),
+        (c for c in queued if c.training_id not in never_fit),
         active_per_tenant=load.trainings,
         concurrency_per_tenant={tid: p.max_concurrent_trainings for tid, p in plans.items()},
         free_slots=slots - load.total_nodes,

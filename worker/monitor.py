@@ -93,9 +93,11 @@ STOP_CHECK = 0.5
 # The least time between the starts of two passes when a wakeup starts the second
 # (`wait_for_next_pass`).
 WAKE_SPACING = 0.05
-# The same when only submissions woke it: a burst of them is admitted by a pass at most
-# every ADMISSION_SPACING (each pass reads the active trainings, the queue's head and the
-# load; one per 50 ms took a fifth of the API's CPU at 80 submissions a second).
+# The same between two passes that only submissions woke: a burst of them is admitted by
+# a pass at most every ADMISSION_SPACING (each pass reads the active trainings, the
+# queue's head and the load; one per 50 ms took a fifth of the API's CPU at 80
+# submissions a second), while a submission after a quiet spell of submissions is
+# admitted at once, however busy the learners keep the monitor.
 ADMISSION_SPACING = 0.2
 
 
@@ -106,26 +108,31 @@ def wait_for_next_pass(
     stop: threading.Event,
     spacing: float = WAKE_SPACING,
     urgent: threading.Event | None = None,
+    admitted: float = float("-inf"),
     admission_spacing: float = ADMISSION_SPACING,
-) -> None:
+) -> bool:
     """Until the next pass is due: `interval` after this one `started` (time.monotonic),
     or sooner when woken, but not sooner than `spacing` after it started. A burst of
     wakeups (a submission each, a learner's status change each) is one pass, not one
-    each. A wakeup without `urgent` (only submissions, when `urgent` is given) waits until
-    `admission_spacing` after the pass started, or until urgent news comes. A wakeup
-    after a quiet spell starts a pass at once. Returns at once on `stop`; the wakeups
-    stay set for the pass to clear."""
+    each. Where `urgent` is given, a wakeup without it (only submissions) also waits until
+    `admission_spacing` after `admitted` (when the last pass that only submissions woke
+    began), or until urgent news comes. A wakeup after a quiet spell starts a pass at
+    once. Returns at once on `stop`; the wakeups stay set for the pass to clear.
+
+    Returns whether only submissions woke it (the pass that follows is such a pass)."""
     next_pass = started + interval
     # In slices, so that a stop is seen soon whatever the interval.
     while not stop.is_set() and (left := next_pass - time.monotonic()) > 0:
         if wakeup.wait(min(left, STOP_CHECK)):
-            if urgent is not None and not urgent.is_set():
-                rest = min(started + admission_spacing, next_pass) - time.monotonic()
-                if rest > 0:
-                    urgent.wait(min(rest, STOP_CHECK))
+            only_submissions = urgent is not None and not urgent.is_set()
+            if urgent is not None and only_submissions:
+                rest = min(admitted + admission_spacing, next_pass) - time.monotonic()
+                if rest > 0 and urgent.wait(min(rest, STOP_CHECK)):
+                    only_submissions = False
             if (rest := started + spacing - time.monotonic()) > 0:
                 stop.wait(rest)
-            return
+            return only_submissions
+    return False
 
 
 class Monitor:
@@ -413,6 +420,7 @@ class Monitor:
         # changes (the backend's notifications); polling catches everything else.
         with self._leadership(stop) as leader, self.backend.changes(self.platform.wake_monitor):
             log.info("monitor running (every %.2f s)", interval)
+            admitted = float("-inf")  # when the last pass only submissions woke began
             while not stop.is_set():
                 started = time.monotonic()
                 urgent.clear()
@@ -427,7 +435,10 @@ class Monitor:
                     self.tick()
                 except Exception:
                     log.exception("monitor pass failed; retrying")
-                wait_for_next_pass(started, interval, wakeup, stop, urgent=urgent)
+                if wait_for_next_pass(
+                    started, interval, wakeup, stop, urgent=urgent, admitted=admitted
+                ):
+                    admitted = time.monotonic()
 
     @contextlib.contextmanager
     def _leadership(self, stop: threading.Event) -> Iterator[Leadership]:

@@ -22,16 +22,17 @@ def _passes_during_a_burst(
     last_wakeup = 0.0
 
     def loop() -> None:
+        admitted = float("-inf")
         while not stop.is_set():
             started = time.monotonic()
             wakeup.clear()
             passes.append(started)
             if urgent is None:
                 wait_for_next_pass(started, 60.0, wakeup, stop, spacing)
-            else:
-                wait_for_next_pass(
-                    started, 60.0, wakeup, stop, spacing, urgent, admission_spacing or 0.0
-                )
+            elif wait_for_next_pass(
+                started, 60.0, wakeup, stop, spacing, urgent, admitted, admission_spacing or 0.0
+            ):
+                admitted = time.monotonic()
 
     thread = threading.Thread(target=loop)
     thread.start()
@@ -84,17 +85,24 @@ def test_a_burst_of_submissions_alone_is_a_pass_per_admission_spacing() -> None:
 
 def test_urgent_news_is_not_held_behind_submissions_and_a_lone_submission_is_admitted_now() -> None:
     wakeup, stop, urgent = threading.Event(), threading.Event(), threading.Event()
-    # A submission right after a pass began, then a learner's status 50 ms later.
+    # A submission right after a pass that submissions woke began, then a learner's
+    # status 50 ms later.
     started = time.monotonic()
     wakeup.set()
     threading.Timer(0.05, urgent.set).start()
-    wait_for_next_pass(started, 60.0, wakeup, stop, 0.0, urgent, admission_spacing=30.0)
+    only_submissions = wait_for_next_pass(
+        started, 60.0, wakeup, stop, 0.0, urgent, admitted=started, admission_spacing=30.0
+    )
     urgent_after = time.monotonic() - started
-    # A submission after a quiet spell.
+    assert only_submissions is False
+    # A submission just after a pass that learners' news woke (a busy platform), the last
+    # pass that submissions woke long ago: admitted at once, and said so.
     urgent.clear()
-    started = time.monotonic() - 1.0
-    t = time.monotonic()
-    wait_for_next_pass(started, 60.0, wakeup, stop, 0.0, urgent, admission_spacing=0.5)
+    t = started = time.monotonic()
+    only_submissions = wait_for_next_pass(
+        started, 60.0, wakeup, stop, 0.0, urgent, admitted=started - 1.0, admission_spacing=0.5
+    )
     lone_after = time.monotonic() - t
+    assert only_submissions is True
     # Neither waited for the admission spacing (bounds far above what either takes).
     assert urgent_after < 15 and lone_after < 0.4
