@@ -120,14 +120,19 @@ def active_training_ids(session: Session) -> Sequence[str]:
     return session.scalars(select(Training.id).where(Training.status.in_(ACTIVE_STATES))).all()
 
 
-def queued_candidates(session: Session) -> list[Candidate]:
-    """What admission needs of every QUEUED training (id, tenant, learners, compute), in
-    the order they were submitted (the admission order): rows, not ORM objects."""
-    return list(queued_in_order(session))
-
-
 # Queued trainings read at a time by `queued_in_order`.
 QUEUE_PAGE = 64
+# What admission weighs of a training (a Candidate's fields), and the admission order.
+_CANDIDATE = (Training.id, Training.tenant_id, Training.nodes, Training.compute_name)
+_QUEUE_ORDER = (Training.created_at, Training.id)
+
+
+def queued_candidates(session: Session) -> list[Candidate]:
+    """What admission needs of every QUEUED training (id, tenant, learners, compute), in
+    the order they were submitted (the admission order): rows, not ORM objects, in one
+    read (a backend that fits learners onto nodes weighs every one)."""
+    stmt = select(*_CANDIDATE).where(Training.status == TrainingState.QUEUED)
+    return [Candidate(*row) for row in session.execute(stmt.order_by(*_QUEUE_ORDER))]
 
 
 def queued_in_order(session: Session, page: int = QUEUE_PAGE) -> Iterator[Candidate]:
@@ -136,10 +141,11 @@ def queued_in_order(session: Session, page: int = QUEUE_PAGE) -> Iterator[Candid
     first that does not fit, which on a busy platform is the first: reading the whole
     queue on every pass (one follows every submission) made the monitor's cost grow with
     what tenants had queued."""
-    columns = (Training.id, Training.tenant_id, Training.nodes, Training.compute_name)
     after: tuple[datetime, str] | None = None
     while True:
-        stmt = select(*columns, Training.created_at).where(Training.status == TrainingState.QUEUED)
+        stmt = select(*_CANDIDATE, Training.created_at).where(
+            Training.status == TrainingState.QUEUED
+        )
         if after is not None:
             created, last_id = after
             stmt = stmt.where(
@@ -148,7 +154,7 @@ def queued_in_order(session: Session, page: int = QUEUE_PAGE) -> Iterator[Candid
                     and_(Training.created_at == created, Training.id > last_id),
                 )
             )
-        rows = session.execute(stmt.order_by(Training.created_at, Training.id).limit(page)).all()
+        rows = session.execute(stmt.order_by(*_QUEUE_ORDER).limit(page)).all()
         for row in rows:
             yield Candidate(row[0], row[1], row[2], row[3])
         if len(rows) < page:
@@ -159,12 +165,10 @@ def queued_in_order(session: Session, page: int = QUEUE_PAGE) -> Iterator[Candid
 def queued_above(session: Session, nodes: int) -> list[Candidate]:
     """The QUEUED trainings with more than `nodes` learners (those that may never fit),
     oldest first."""
-    stmt = (
-        select(Training.id, Training.tenant_id, Training.nodes, Training.compute_name)
-        .where(Training.status == TrainingState.QUEUED, Training.nodes > nodes)
-        .order_by(Training.created_at, Training.id)
+    stmt = select(*_CANDIDATE).where(
+        Training.status == TrainingState.QUEUED, Training.nodes > nodes
     )
-    return [Candidate(*row) for row in session.execute(stmt)]
+    return [Candidate(*row) for row in session.execute(stmt.order_by(*_QUEUE_ORDER))]
 
 
 def starting_candidates(session: Session) -> list[Candidate]:
@@ -172,9 +176,7 @@ def starting_candidates(session: Session) -> list[Candidate]:
     DOWNLOADING; a RUNNING one's learners run), as admission weighs them: what a backend
     that packs learners onto its nodes counts as taken besides what it sees placed."""
     starting = (TrainingState.PENDING, TrainingState.DOWNLOADING)
-    stmt = select(Training.id, Training.tenant_id, Training.nodes, Training.compute_name).where(
-        Training.status.in_(starting)
-    )
+    stmt = select(*_CANDIDATE).where(Training.status.in_(starting))
     return [Candidate(*row) for row in session.execute(stmt)]
 
 
