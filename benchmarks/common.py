@@ -125,18 +125,23 @@ class Platform:
 
     def run_to_end(
         self, http: httpx.Client, manifest_text: str, code: bytes, timeout: float = 600
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, float | None, dict[str, Any]]:
         """Submit a training and wait for it to end: (seconds from just before the POST to
-        the platform's own record of its last state, the training). The end is the time
-        the platform recorded (status_history), read after it ended: polled four times a
-        second, so that the client's requests do not take the cores from the learners it
-        measures (at every 20 ms they slowed a 2-learner job by a few percent on 2 cores)
-        nor add up to a poll's interval to what is measured."""
+        the platform's own record of its last state, of them those before it recorded
+        RUNNING (None if it never did), the training). The end is the time the platform
+        recorded (status_history), read after it ended: polled four times a second, so
+        that the client's requests do not take the cores from the learners it measures (at
+        every 20 ms they slowed a 2-learner job by a few percent on 2 cores) nor add up to
+        a poll's interval to what is measured."""
         submitted = time.time()
         t = self.submit(http, manifest_text, code)
         done = self.wait(http, t["id"], ENDED, timeout=timeout, poll=0.25)
-        ended = datetime.fromisoformat(done["status_history"][-1]["at"]).timestamp()
-        return ended - submitted, done
+        history = [
+            (e["status"], datetime.fromisoformat(e["at"]).timestamp() - submitted)
+            for e in done["status_history"]
+        ]
+        to_running = next((at for status, at in history if status == "RUNNING"), None)
+        return history[-1][1], to_running, done
 
 
 @contextmanager

@@ -124,11 +124,10 @@ def wait_for_next_pass(
     # In slices, so that a stop is seen soon whatever the interval.
     while not stop.is_set() and (left := next_pass - time.monotonic()) > 0:
         if wakeup.wait(min(left, STOP_CHECK)):
-            only_submissions = urgent is not None and not urgent.is_set()
-            if urgent is not None and only_submissions:
+            only_submissions = False
+            if urgent is not None and not urgent.is_set():
                 rest = min(admitted + admission_spacing, next_pass) - time.monotonic()
-                if rest > 0 and urgent.wait(min(rest, STOP_CHECK)):
-                    only_submissions = False
+                only_submissions = rest <= 0 or not urgent.wait(min(rest, STOP_CHECK))
             if (rest := started + spacing - time.monotonic()) > 0:
                 stop.wait(rest)
             return only_submissions
