@@ -5,7 +5,7 @@ blocking path is ModelProcess.call).
 
 `LoopCall` owns one connection for one call: it sends the frame (what the socket does not
 take at once is written when it is writable), reads the answer with a
-`model_server.FrameReader` (bounded: the limits are the caller's, from the signature),
+`model_wire.FrameReader` (bounded: the limits are the caller's, from the signature),
 and ends once, with the answer or the exception that stopped it (Closed or OSError: the
 process is gone; TimeoutError: no answer within the call's time; WireError: it broke the
 format or a limit). It never blocks the loop and never interprets the answer.
@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from service.scoring.model_server import Frame, FrameReader
+from service.scoring.model_wire import Frame, FrameReader
 
 Answer = tuple[dict[str, Any], memoryview]
 Done = Callable[[Answer | BaseException], None]

@@ -41,9 +41,9 @@ from service import sandbox
 from service.domain.model_ops import ATTRS_OF_INTEREST
 from service.domain.signature import SignatureInfo
 from service.errors import DlaasError, ServiceUnavailable
-from service.scoring import model_server
+from service.scoring import model_server, model_wire
 from service.scoring.loop_calls import Answer, LoopCall
-from service.scoring.model_server import (
+from service.scoring.model_wire import (
     MAX_GRAPH_HEADER,
     Closed,
     FrameReader,
@@ -64,7 +64,9 @@ from service.scoring.process_messages import (
 log = logging.getLogger("dlaas.scoring")
 
 SERVER = Path(model_server.__file__).resolve()
-# The ONNX half of the model process's program, which it loads by path (onnx_model.py).
+# The rest of the model process's program, which it loads by path: the wire format and the
+# ONNX half.
+WIRE = SERVER.with_name("model_wire.py")
 ONNX_SERVER = SERVER.with_name("onnx_model.py")
 # All the model process's environment. TensorFlow needs no more; DLAAS_* never go in.
 ENVIRONMENT = {
@@ -150,7 +152,13 @@ def command(model_dir: Path, fds: list[int], config: ProcessConfig) -> tuple[lis
     if support.bwrap is not None:
         policy = sandbox.SandboxPolicy(
             writable=(),
-            readonly=(*sandbox.runtime_paths(), str(model_dir), str(SERVER), str(ONNX_SERVER)),
+            readonly=(
+                *sandbox.runtime_paths(),
+                str(model_dir),
+                str(SERVER),
+                str(WIRE),
+                str(ONNX_SERVER),
+            ),
             network=False,
             hidden=config.hidden,
             cwd="/",
@@ -245,7 +253,7 @@ class ModelProcess:
             if refused is not None:
                 raise ModelRefused(refused)
             send(control, encode({"op": "load"}))
-            header = self._expect(control, "ready", deadline, model_server.MAX_HEADER)
+            header = self._expect(control, "ready", deadline, model_wire.MAX_HEADER)
             self.signatures = signatures_from_json(header.get("signatures"))
         except TimeoutError as e:
             raise ModelProblem(

@@ -16,8 +16,8 @@ import numpy as np
 from service.domain import onnx_rules
 from service.domain.model_ops import ATTRS_OF_INTEREST, Graph, Node, forbidden_op
 from service.domain.signature import PREDICT_METHOD, SignatureInfo, TensorInfo
-from service.scoring import model_server
-from service.scoring.model_server import DTYPES, MAX_BODY, WireError
+from service.scoring import model_wire
+from service.scoring.model_wire import DTYPES, MAX_BODY, WireError
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
@@ -95,7 +95,7 @@ def _tensor_info(value: Any) -> TensorInfo:
         raise WireError(f"signature: tensor {name!r} has no dtype")
     if shape is not None and not (
         isinstance(shape, list)
-        and len(shape) <= model_server.MAX_DIMS
+        and len(shape) <= model_wire.MAX_DIMS
         and all(d is None or (type(d) is int and d >= 0) for d in shape)
     ):
         raise WireError(f"signature: tensor {name!r} has no valid shape")
@@ -193,7 +193,7 @@ def answer_limits(signature: SignatureInfo, rows: int | None) -> tuple[int, int]
     header = _HEADER_SLACK
     body: int | None = 0
     for info in signature.outputs.values():
-        header += 2 + len(info.name.encode()) + 2 + 8 * model_server.MAX_DIMS + 8
+        header += 2 + len(info.name.encode()) + 2 + 8 * model_wire.MAX_DIMS + 8
         most = _most_bytes(info, rows)
         body = None if most is None or body is None else body + most
     return header, MAX_BODY if body is None else min(body, MAX_BODY)

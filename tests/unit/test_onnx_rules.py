@@ -18,7 +18,7 @@ from service.domain.onnx_rules import (
     description_from_json,
     onnx_refusal,
 )
-from service.scoring.model_server import DTYPES
+from service.scoring.model_wire import DTYPES
 
 X = OnnxTensor("x", "float32", (None, 2))
 Y = OnnxTensor("y", "float32", (None, 2))

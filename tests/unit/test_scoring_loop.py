@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from service.domain.signature import SignatureInfo, TensorInfo
-from service.scoring import model_server
+from service.scoring import model_wire
 from service.scoring.batching import Arrivals, LoopBatcher, ModelUnloaded, Tensors
-from service.scoring.model_server import (
+from service.scoring.model_wire import (
     Closed,
     FrameReader,
     WireError,
@@ -245,7 +245,7 @@ def test_calls_and_answers_have_binary_headers_read_as_json_ones(
 )
 def test_broken_binary_headers_are_refused(raw: bytes, message: str) -> None:
     with pytest.raises(WireError, match=message):
-        model_server.parse_header(memoryview(raw))
+        model_wire.parse_header(memoryview(raw))
 
 
 def test_the_loops_reader_reads_a_frame_in_pieces_within_its_limits(
@@ -280,9 +280,9 @@ def test_an_answer_may_hold_no_more_than_its_signature_says() -> None:
     )
     assert answer_limits(sig, 10)[1] == 10 * 3 * 4 + 10 * 8
     open_sig = SignatureInfo("s", sig.inputs, {"y": TensorInfo("y", "float32", (None, None))})
-    assert answer_limits(open_sig, 10)[1] == model_server.MAX_BODY
+    assert answer_limits(open_sig, 10)[1] == model_wire.MAX_BODY
     strings = SignatureInfo("s", sig.inputs, {"y": TensorInfo("y", "string", (None,))})
-    assert answer_limits(strings, 10)[1] == model_server.MAX_BODY
+    assert answer_limits(strings, 10)[1] == model_wire.MAX_BODY
 
 
 def test_requests_that_waited_out_a_running_call_go_at_once_when_it_ends() -> None:

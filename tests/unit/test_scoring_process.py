@@ -20,9 +20,9 @@ import pytest
 
 from service import sandbox
 from service.domain.signature import SignatureInfo, TensorInfo
-from service.scoring import model_server, process, supervised
+from service.scoring import model_server, model_wire, process, supervised
 from service.scoring.batching import ModelUnloaded
-from service.scoring.model_server import Closed, WireError, encode, receive, send, tensors_of
+from service.scoring.model_wire import Closed, WireError, encode, receive, send, tensors_of
 from service.scoring.process import (
     ENVIRONMENT,
     ModelDown,
@@ -84,7 +84,7 @@ def test_unsendable_dtypes_are_refused() -> None:
 
 def frame(header: dict[str, object], body: bytes = b"") -> bytes:
     text = json.dumps(header).encode()
-    return model_server.PREFIX.pack(len(text), len(body)) + text + body
+    return model_wire.PREFIX.pack(len(text), len(body)) + text + body
 
 
 def spec(name: str, dtype: str, shape: list[int], nbytes: int) -> dict[str, object]:
@@ -122,13 +122,13 @@ def test_frames_past_the_limits_are_refused_before_they_are_read(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     a, b = pair
-    a.sendall(model_server.PREFIX.pack(2**31, 0))
+    a.sendall(model_wire.PREFIX.pack(2**31, 0))
     with pytest.raises(WireError, match="a header of 2147483648 bytes"):
         receive(b)
-    a.sendall(model_server.PREFIX.pack(2, 2**40))
+    a.sendall(model_wire.PREFIX.pack(2, 2**40))
     with pytest.raises(WireError, match="a body of"):
         receive(b)
-    a.sendall(model_server.PREFIX.pack(4, 0) + b"[1]x")
+    a.sendall(model_wire.PREFIX.pack(4, 0) + b"[1]x")
     with pytest.raises(WireError, match="not JSON"):
         receive(b)
 
@@ -143,7 +143,7 @@ def test_a_closed_or_silent_socket(pair: tuple[socket.socket, socket.socket]) ->
         receive(b)
 
 
-@pytest.mark.parametrize("program", ["model_server.py", "onnx_model.py"])
+@pytest.mark.parametrize("program", ["model_server.py", "model_wire.py", "onnx_model.py"])
 def test_the_model_program_imports_nothing_of_the_platform(program: str) -> None:
     """It runs in the sandbox, where the platform's files are not; TensorFlow (or onnx and
     ONNX Runtime) it imports by name, when the process loads the model."""
@@ -177,7 +177,7 @@ FAKE = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-from service.scoring.model_server import encode, receive, send, socket
+from service.scoring.model_wire import encode, receive, send, socket
 behaviour = sys.argv[2]
 fds = [int(a) for a in sys.argv[4::2]]
 control = socket.socket(fileno=fds[0])
