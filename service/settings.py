@@ -315,8 +315,11 @@ class Settings(BaseSettings):
     scoring_max_wait_ms: float = Field(
         default=2.0, ge=0, description="How long a batch waits for more requests to join it."
     )
-    scoring_threads: int = Field(
-        default=2, gt=0, description="Model calls that run at once per deployment."
+    scoring_threads: int | None = Field(
+        default=None,
+        gt=0,
+        description="Model calls that run at once per deployment (unset: 1 with batching, "
+        "2 without).",
     )
     scoring_call_timeout: float = Field(
         default=60.0,
@@ -479,6 +482,17 @@ class Settings(BaseSettings):
         if self.broker_url and self.broker_url.startswith(("redis://", "rediss://")):
             return self.broker_url
         return None
+
+    @property
+    def resolved_scoring_threads(self) -> int:
+        """Model calls at once per deployment. With batching, one: TensorFlow and ONNX
+        Runtime spread a call over the cores themselves, a second call in the same model
+        process only contends with it for them (and for its interpreter), and the requests
+        queued behind the running call share the next one. Without batching, two, so that
+        one request's call does not hold up the next."""
+        if self.scoring_threads is not None:
+            return self.scoring_threads
+        return 1 if self.scoring_batching else 2
 
     @property
     def resolved_rate_limit_url(self) -> str | None:

@@ -105,10 +105,10 @@ class ScoringService:
                 enabled=settings.scoring_batching,
                 max_batch_size=settings.scoring_max_batch_size,
                 max_wait=settings.scoring_max_wait_ms / 1000,
-                threads=settings.scoring_threads,
+                threads=settings.resolved_scoring_threads,
             ),
             ProcessConfig(
-                connections=settings.scoring_threads,
+                connections=settings.resolved_scoring_threads,
                 call_timeout=settings.scoring_call_timeout,
                 allow_unsandboxed=settings.allow_unsandboxed,
                 hidden=(str(settings.home_dir),),
