@@ -5,7 +5,7 @@ sandbox (service.scoring.process starts and supervises it).
 This file is the whole program of that process, run as a script (`python -I
 model_server.py --model DIR --fd N [--fd N ...]`): it imports the standard library, numpy
 and TensorFlow, nothing of the platform, whose files are not visible in the sandbox. The
-scoring service imports it for the wire format that both ends speak, and nothing else.
+scoring service runs it by its path and does not import it (its tests do, for `Model`).
 
 The process talks over the connected Unix sockets it inherits (`--fd`; socket pairs, so
 there is no path to connect to, and nothing listens), in the frames of model_wire.py
@@ -59,8 +59,8 @@ def _beside(filename: str) -> ModuleType:
     return module
 
 
-# The wire format, loaded by its path here too when the scoring service imports this file
-# (for Model, in tests): this file imports nothing of the platform wherever it runs.
+# The wire format, loaded by its path here too when a test imports this file: this file
+# imports nothing of the platform wherever it runs.
 wire = _beside("model_wire.py")
 
 

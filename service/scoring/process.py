@@ -41,7 +41,7 @@ from service import sandbox
 from service.domain.model_ops import ATTRS_OF_INTEREST
 from service.domain.signature import SignatureInfo
 from service.errors import DlaasError, ServiceUnavailable
-from service.scoring import model_server, model_wire
+from service.scoring import model_wire
 from service.scoring.loop_calls import Answer, LoopCall
 from service.scoring.model_wire import (
     MAX_GRAPH_HEADER,
@@ -63,11 +63,11 @@ from service.scoring.process_messages import (
 
 log = logging.getLogger("dlaas.scoring")
 
-SERVER = Path(model_server.__file__).resolve()
-# The rest of the model process's program, which it loads by path: the wire format and the
-# ONNX half.
-WIRE = SERVER.with_name("model_wire.py")
-ONNX_SERVER = SERVER.with_name("onnx_model.py")
+# The model process's program, run by its path and never imported here: model_server.py,
+# and the files it loads beside it, the wire format and the ONNX half.
+WIRE = Path(model_wire.__file__).resolve()
+SERVER = WIRE.with_name("model_server.py")
+ONNX_SERVER = WIRE.with_name("onnx_model.py")
 # All the model process's environment. TensorFlow needs no more; DLAAS_* never go in.
 ENVIRONMENT = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
