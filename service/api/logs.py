@@ -121,7 +121,11 @@ def _bad_cursor(e: ValueError) -> BadRequest:
     )
 
 
-def _filter(learner: int | None, since: float | None) -> Callable[[LogRecord], bool]:
+def _filter(learner: int | None, since: float | None) -> Callable[[LogRecord], bool] | None:
+    """What keeps a record, or None to keep every one."""
+    if learner is None and since is None:
+        return None
+
     def keep(record: LogRecord) -> bool:
         if learner is not None and record.learner != learner:
             return False
@@ -142,7 +146,7 @@ async def follow_lines(
     tenant_id: str,
     training_id: str,
     *,
-    keep: Callable[[LogRecord], bool],
+    keep: Callable[[LogRecord], bool] | None,
     cursor: str | None,
     ended: bool,
 ) -> AsyncIterator[bytes]:

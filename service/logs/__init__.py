@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 
 from service.logs.base import LogRecord, LogStore, LogStoreUnavailable, iso_utc
@@ -54,21 +56,29 @@ def all_records(store: LogStore, training_id: str) -> Iterator[LogRecord]:
 READ_BATCH = 256
 
 
-def render_lines(records: Iterable[LogRecord], keep: Callable[[LogRecord], bool]) -> bytes:
-    """The kept records as the API serves them: one rendered line each, UTF-8 (each
-    record's `render()`). Records of one read of the learner's output share their time
-    stamp, so each distinct stamp is formatted once: formatting one per line was most of
-    a follower's time on a learner printing as fast as it can."""
+def render_lines(
+    records: Iterable[LogRecord], keep: Callable[[LogRecord], bool] | None = None
+) -> bytes:
+    """The kept records (all with no `keep`) as the API serves them: one rendered line
+    each, UTF-8 (each record's `render()`). The records of one read of a learner's output
+    share their learner and stamp, so each run of them is rendered as one: its prefix
+    formatted once and its lines joined (a format a line was most of a follower's time on
+    a learner printing as fast as it can)."""
+    if keep is not None:
+        records = filter(keep, records)
     parts: list[str] = []
-    last_ts: float | None = None
-    stamp = ""
-    for record in records:
-        if not keep(record):
-            continue
-        if record.ts != last_ts:
-            last_ts, stamp = record.ts, iso_utc(record.ts)
-        parts.append(f"{stamp} [learner {record.learner}] {record.line}\n")
+    for (learner, ts), run in groupby(records, _LEARNER_TS):
+        prefix = f"{iso_utc(ts)} [learner {learner}] "
+        parts += (prefix, ("\n" + prefix).join(map(_LINE, run)), "\n")
     return "".join(parts).encode("utf-8", "replace")
+
+
+_LEARNER_TS = itemgetter(0, 1)
+_LINE = itemgetter(2)
+
+
+def _keep_all(record: LogRecord) -> bool:
+    return True
 
 
 def _line(record: LogRecord) -> bytes:
@@ -87,7 +97,7 @@ def read_page(
     training_id: str,
     cursor: str | None,
     *,
-    keep: Callable[[LogRecord], bool],
+    keep: Callable[[LogRecord], bool] | None,
     max_bytes: int,
     max_records: int,
 ) -> LogPage:
@@ -95,6 +105,8 @@ def read_page(
     line, so a page always moves on) and `max_records` records looked at (kept or not).
     The cursor is exact: the next page starts with the first record this one left out.
     Raises ValueError for an invalid cursor."""
+    if keep is None:
+        keep = _keep_all
     text = bytearray()
     looked = 0
     after = cursor

@@ -9,7 +9,7 @@ under results/learner-<i>/training-log.txt, so logs outlive the learners.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
@@ -44,8 +44,37 @@ class LogRecord(NamedTuple):
         return f"{iso_utc(self.ts)} [learner {self.learner}] {self.line}"
 
 
+class LogBlock(NamedTuple):
+    """Lines one learner's wrapper read from its command's output at once: they share the
+    learner and the time stamp, so a block costs one tuple, not one per line (a learner
+    printing as fast as it can spent a third of its wrapper's time making a record a line)."""
+
+    learner: int
+    ts: float
+    lines: Sequence[str]  # each without its newline
+
+
+def blocks_of(records: Sequence[LogRecord]) -> Iterator[LogBlock]:
+    """The records as blocks, in order: each run of records with one learner and stamp."""
+    start = 0
+    for i in range(1, len(records) + 1):
+        if i == len(records) or records[i][:2] != records[start][:2]:
+            first = records[start]
+            yield LogBlock(first.learner, first.ts, [r.line for r in records[start:i]])
+            start = i
+
+
+def records_of(blocks: Sequence[LogBlock]) -> list[LogRecord]:
+    """The blocks' lines as records, in order."""
+    return [LogRecord(b.learner, b.ts, line) for b in blocks for line in b.lines]
+
+
 class LogStore(Protocol):
     def append(self, training_id: str, records: Sequence[LogRecord]) -> None: ...
+
+    def append_blocks(self, training_id: str, blocks: Sequence[LogBlock]) -> None:
+        """As `append` of the blocks' records, in order (what the log tee sends)."""
+        ...
 
     def read(
         self, training_id: str, cursor: str | None = None, limit: int = 10_000

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import redis
 
-from service.logs.base import LogRecord, LogStoreUnavailable
+from service.logs.base import LogBlock, LogRecord, LogStoreUnavailable, blocks_of
 
 KEY_PREFIX = "dlaas:logs:"
 MAX_LEN = 1_000_000  # entries kept per training (approximately; older ones are trimmed)
@@ -72,11 +72,17 @@ class RedisLogStore:
         script that adds them in order (a pipeline of one XADD per record cost the learner
         ~30 µs of CPU a line to encode the commands and parse their replies; the script's
         one command, a quarter of that)."""
-        if not records:
-            return
+        self.append_blocks(training_id, list(blocks_of(records)))
+
+    def append_blocks(self, training_id: str, blocks: Sequence[LogBlock]) -> None:
+        """As `append`, each block's learner and stamp encoded once."""
         args: list[Any] = [MAX_LEN]
-        for r in records:
-            args += (r.learner, repr(r.ts), r.line)
+        for block in blocks:
+            learner, ts = str(block.learner), repr(block.ts)
+            for line in block.lines:
+                args += (learner, ts, line)
+        if len(args) == 1:
+            return
         with self._reaching():
             self._append(keys=[self.key(training_id)], args=args)
 

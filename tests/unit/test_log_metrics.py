@@ -7,7 +7,6 @@ keys.log_metrics_key only when it changed, and at the end."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,8 +24,8 @@ from service.domain.metrics import (
     parse_log_metrics_document,
 )
 from service.logs import LogStore, all_records
-from service.logs.base import LogRecord
 from service.storage import keys
+from tests.unit.test_logtee import tee_program
 from tests.unit.test_tensorboard_metrics import CountingStore, spec
 from worker.learner.logdir import LogDirSync
 from worker.learner.logmetrics import LogMetrics
@@ -274,14 +273,7 @@ def _run_tee(
 ) -> str:
     training_id = f"test-{uuid.uuid4().hex}"
     tee = LogTee(1, training_id, store, tmp_path / "log.txt", max_bytes=max_bytes, metrics=metrics)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", program],
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    tee.start(os.dup(proc.stdout.fileno()))
-    proc.stdout.close()
+    proc = tee_program(tee, ["-c", program])
     assert proc.wait(timeout=60) == 0
     tee.close(timeout=60)
     return training_id
@@ -320,10 +312,10 @@ def test_the_tee_feeds_every_line_it_logs_long_lines_whole(
 
 def test_feed_never_waits_beyond_its_backlog_it_skips_and_counts() -> None:
     metrics = LogMetrics(1, [LOSS], max_backlog_bytes=100)
-    records = [LogRecord(1, T0, "loss=1" + " " * 44) for _ in range(3)]  # 150 bytes
-    metrics.feed(records[:1], 50)  # queued: its thread has not started
-    metrics.feed(records, 150)  # over the backlog: skipped
-    metrics.feed(records, 150)
+    lines = ["loss=1" + " " * 44] * 3  # 150 bytes
+    metrics.feed(T0, lines[:1], 50)  # queued: its thread has not started
+    metrics.feed(T0, lines, 150)  # over the backlog: skipped
+    metrics.feed(T0, lines, 150)
     metrics.start()
     metrics.close(10)
     document = json.loads(metrics.document())
@@ -358,14 +350,14 @@ def test_the_document_is_stored_when_it_changed_and_at_the_end(tmp_path: Path) -
     assert key == "trainings/t1/metrics/learner-1/log.json"
     sync.sync()
     assert puts == []  # nothing found yet: nothing stored
-    metrics.feed([LogRecord(1, T0, "step 1 loss=0.5")], 15)
+    metrics.feed(T0, ["step 1 loss=0.5"], 15)
     deadline = time.monotonic() + 10
     while metrics.version()[0] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     sync.sync()
     sync.sync()  # nothing new: not stored again
     assert puts == [key]
-    metrics.feed([LogRecord(1, T0 + 1, "step 2 loss=0.25")], 16)
+    metrics.feed(T0 + 1, ["step 2 loss=0.25"], 16)
     metrics.close(10)
     sync.stop(last_pass=False)  # a stopped learner still stores its log's metrics
     assert puts == [key, key]

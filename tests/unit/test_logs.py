@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 import uuid
@@ -20,7 +21,16 @@ from service.logs import (
     read_page,
     render_lines,
 )
-from service.logs.files import FileLogStore, decode_cursor, encode_cursor
+from service.logs.base import LogBlock, blocks_of, records_of
+from service.logs.files import (
+    FileLogStore,
+    _encode,
+    _encode_block,
+    _parse,
+    _parse_lines,
+    decode_cursor,
+    encode_cursor,
+)
 from service.logs.redis import RedisLogStore
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -109,6 +119,31 @@ def test_limit_across_learners_loses_nothing(store: LogStore, tid: str) -> None:
     page2, cursor = store.read(tid, cursor, limit=3)
     assert [r.ts for r in page2] == [4.0, 5.0, 6.0]
     assert store.read(tid, cursor)[0] == []
+
+
+def test_blocks_read_back_as_their_records(store: LogStore, tid: str) -> None:
+    """What the log tee sends (a block of lines per read, sharing learner and stamp) reads
+    back as the records of its lines, whatever the lines hold."""
+    blocks = [
+        LogBlock(1, 1.0, ["plain", ",", 'a "quoted", ', "back\\slash\\", ""]),
+        LogBlock(2, 2.0, ["é ✓", "\u2028 sep", '{"ts":9,"line":"x"}']),
+        LogBlock(1, 3.0, []),
+        LogBlock(1, 4.0, ['ends ",', "next"]),
+    ]
+    store.append_blocks(tid, blocks)
+    assert store.read(tid)[0] == records_of(blocks)
+
+
+def test_blocks_of_records_are_their_runs() -> None:
+    records = [rec(1, 1.0, "a"), rec(1, 1.0, "b"), rec(2, 1.0, "c"), rec(1, 2.0, "d")]
+    blocks = list(blocks_of(records))
+    assert blocks == [
+        LogBlock(1, 1.0, ["a", "b"]),
+        LogBlock(2, 1.0, ["c"]),
+        LogBlock(1, 2.0, ["d"]),
+    ]
+    assert records_of(blocks) == records
+    assert list(blocks_of([])) == []
 
 
 def test_limit_zero_returns_nothing_and_keeps_the_cursor(store: LogStore, tid: str) -> None:
@@ -254,6 +289,65 @@ def test_file_store_returns_a_corrupt_line_as_text_and_moves_past_it(tmp_path: P
     assert store.read("t1", cursor)[0] == []
 
 
+TRICKY_LINES = [
+    [","],
+    ["a", ","],
+    [",", "b"],
+    ['x",', "y"],
+    ['x","y'],
+    ['",",","'],
+    ["\\", "\\\\"],
+    ['a\\",', "b"],
+    ["", ""],
+    ["lone \udc80 surrogate", "after"],
+    ["é", "\u2028", "\x00", "\n inside"],
+]
+
+
+@pytest.mark.parametrize("lines", TRICKY_LINES)
+def test_a_block_is_stored_as_its_lines_one_by_one(lines: list[str]) -> None:
+    """A block is encoded in one call (its lines' JSON list, cut at the separators), byte
+    for byte as each of its lines alone; where a line could fake a separator (one ending
+    with a comma) or orjson refuses one, line by line."""
+    for ts in (1.0, 1764270000.123456, 3):
+        expected = b"".join(_encode(ts, line) for line in lines)
+        assert _encode_block(LogBlock(1, ts, lines)) == expected
+
+
+def test_random_blocks_are_stored_as_their_lines_one_by_one() -> None:
+    alphabet = ['"', ",", "\\", "a", "\n", "é", "}", "{", " ", "\t"]
+    chooser = random.Random(7)
+    for _ in range(5000):
+        lines = [
+            "".join(chooser.choice(alphabet) for _ in range(chooser.randint(0, 6)))
+            for _ in range(chooser.randint(1, 5))
+        ]
+        expected = b"".join(_encode(1.5, line) for line in lines)
+        assert _encode_block(LogBlock(1, 1.5, lines)) == expected, lines
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [b'{"ts":1,"line":"a"}', b'{"ts":2.5,"line":"b"}'],
+        [b'{"ts":1,"line":"a"}', b"garbage", b'{"ts":3,"line":"c"}'],
+        [b'{"ts":1,"line":"a"},{"ts":2,"line":"b"}', b'{"ts":3,"line":"c"}'],
+        [b'{"ts":"2","line":3}', b'{"line":"no stamp"}', b"[]", b"", b"7"],
+        [b'{"ts": 1.5, "line": "json\'s spacing \\u00e9"}'],
+        [b'{"ts":1,"line":"lone \xed\xb2\x80 surrogate"}'],
+    ],
+)
+def test_a_read_parses_its_lines_as_each_alone(lines: list[bytes]) -> None:
+    """A read's lines are parsed by one call; the records are those of each line alone
+    (a line that is not a record: its text, at the stamp before it)."""
+    expected = []
+    last_ts = 0.0
+    for raw in lines:
+        expected.append(_parse(1, raw, last_ts))
+        last_ts = expected[-1].ts
+    assert _parse_lines(1, lines, 0.0) == expected
+
+
 def test_file_store_ignores_other_files_and_refuses_unsafe_ids(tmp_path: Path) -> None:
     store = FileLogStore(tmp_path)
     store.append("t1", [rec(1, 1.0)])
@@ -278,6 +372,8 @@ def test_rendered_lines_are_each_records_render() -> None:
     expected = "".join(r.render() + "\n" for r in records if keep(r)).encode()
     assert render_lines(records, keep) == expected
     assert render_lines([], keep) == b""
+    every = "".join(r.render() + "\n" for r in records).encode()
+    assert render_lines(records) == every
 
 
 def test_file_cursor_round_trips() -> None:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from service.domain.metrics import LogMetricExtractor
-from service.logs.base import LogRecord
 
 # Records searched at once (their lines joined, for one RE2 pass over them), and the most
 # time the thread keeps the GIL for them before it gives it up.
@@ -51,7 +50,7 @@ class LogMetrics:
             )
         self._max_backlog = max_backlog_bytes
         self._cond = threading.Condition()
-        # Batches handed over; an int: that many records skipped.
+        # Batches handed over; an int: that many lines skipped.
         self._queue: deque[_Batch | int] = deque()
         self._backlog = 0
         self._closed = False
@@ -61,26 +60,20 @@ class LogMetrics:
     def start(self) -> None:
         self._thread.start()
 
-    def feed(
-        self,
-        records: Sequence[LogRecord],
-        size: int,
-        cut: Sequence[LogRecord] = (),
-        skip: LogRecord | None = None,
-    ) -> None:
-        """Hand a batch of the output over: `size` its bytes, `cut` those of its records
-        the tee cut (their line goes on in the next record), `skip` a record that is not
-        the command's (the tee's marker line). Never waits."""
+    def feed(self, ts: float, lines: Sequence[str], size: int, cuts: Sequence[int] = ()) -> None:
+        """Hand a block of the output over: its lines, read at `ts`, `size` their bytes,
+        `cuts` the indexes of those the tee cut (their line goes on in the next one).
+        Never waits."""
         with self._cond:
             if self._closed:
                 return
             if self._backlog + size > self._max_backlog:
                 if self._queue and isinstance(self._queue[-1], int):
-                    self._queue[-1] += len(records)
+                    self._queue[-1] += len(lines)
                 else:
-                    self._queue.append(len(records))
+                    self._queue.append(len(lines))
             else:
-                self._queue.append(_Batch(records, size, cut, skip))
+                self._queue.append(_Batch(ts, lines, size, cuts))
                 self._backlog += size
             self._cond.notify()
 
@@ -128,19 +121,19 @@ class LogMetrics:
                 return
 
     def _search(self, batch: _Batch) -> None:
-        records = batch.records
-        if batch.skip is not None:
-            records = [r for r in records if r is not batch.skip]
-        cut = {id(r) for r in batch.cut}
+        lines = batch.lines
+        cuts = set(batch.cuts)
         feed = self._extractor.feed_batch
         held = time.perf_counter()
-        for start in range(0, len(records), _SLICE):
-            chunk = records[start : start + _SLICE]
-            stamps = [r.ts for r in chunk]
-            lines = [r.line for r in chunk]
-            ends = [id(r) not in cut for r in chunk] if cut else [True] * len(chunk)
+        for start in range(0, len(lines), _SLICE):
+            chunk = lines[start : start + _SLICE]
+            stamps = [batch.ts] * len(chunk)
+            if cuts:
+                ends = [i not in cuts for i in range(start, start + len(chunk))]
+            else:
+                ends = [True] * len(chunk)
             with self._lock:
-                feed(stamps, lines, ends)
+                feed(stamps, chunk, ends)
             if time.perf_counter() - held > _HOLD_SECONDS:
                 # Give the GIL up: the tee's threads, which the command's output waits on,
                 # go first. (Not after every slice: a thread that gives it up waits for it
@@ -150,7 +143,7 @@ class LogMetrics:
 
 
 class _Batch(NamedTuple):
-    records: Sequence[LogRecord]
+    ts: float
+    lines: Sequence[str]
     size: int
-    cut: Sequence[LogRecord]
-    skip: LogRecord | None
+    cuts: Sequence[int]

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from service.logs.base import LogRecord, LogStore, iso_utc
+from service.logs.base import LogBlock, LogStore, iso_utc
 from service.storage import keys
 from worker.learner.logmetrics import LogMetrics
 
@@ -20,6 +20,11 @@ MAX_LINE_BYTES = 64 * 1024  # longer lines are split into records of at most thi
 # the command writes that far ahead of the tee before it would wait.
 _READ_CHUNK = 1024 * 1024
 _PIPE_SIZE = 1024 * 1024
+# After a read of less than _GATHER_BELOW bytes, the reader waits _GATHER_SECONDS before
+# the next: a line reaches the log that much later at most, and the command never waits
+# (the pipe holds _PIPE_SIZE; a command writes at most a few hundred KiB in that time).
+_GATHER_BELOW = 64 * 1024
+_GATHER_SECONDS = 0.002
 # Lines read but not yet taken by the live log store. Past it lines are not queued for
 # the store (counted, and a marker says so once it takes lines again): the command never
 # waits for the store. training-log.txt has every line.
@@ -64,6 +69,30 @@ def _split(buffer: bytes, cuts: list[int] | None) -> tuple[list[bytes], bytes]:
             return lines, buffer[start:]
 
 
+def split_text(buffer: bytes) -> tuple[list[str], list[int], bytes]:
+    """As `split_pieces`, each piece decoded as the log holds it (UTF-8, an invalid byte
+    replaced, a carriage return ending it dropped).
+
+    Most output takes one decode of the block's whole lines and one split of the text: a
+    newline is never part of a multi-byte character, so decoding the lines together
+    replaces the same bytes as decoding each alone. Only where a line may be longer than
+    MAX_LINE_BYTES (more than a quarter of it in characters) is the block cut as bytes."""
+    end = buffer.rfind(b"\n") + 1
+    if end and len(buffer) - end <= MAX_LINE_BYTES:
+        text = buffer[: end - 1].decode("utf-8", "replace")
+        lines = text.split("\n")
+        if max(map(len, lines)) <= MAX_LINE_BYTES // 4:
+            if "\r" in text:
+                lines = [line.removesuffix("\r") for line in lines]
+            return lines, [], buffer[end:]
+    pieces, cuts, rest = split_pieces(buffer)
+    return [_text(piece) for piece in pieces], cuts, rest
+
+
+def _text(piece: bytes) -> str:
+    return piece.removesuffix(b"\r").decode("utf-8", "replace")
+
+
 def gap_marker(missing: int) -> str:
     """The line the live log gets once the log store is back after it missed lines."""
     return (
@@ -90,13 +119,14 @@ class LogTee:
     """Reads a command's output and writes each line to a log store and a local file.
 
     One thread reads the pipe a block at a time (up to _READ_CHUNK, the pipe grown to
-    _PIPE_SIZE) and cuts lines, stamping each with the time it was read; it appends the
-    block's lines to the local file with one write and queues them for the store. Another
-    sends whatever has accumulated to the store as one batch (one round trip), as soon as
-    there is something, so lines reach the store within the store's own latency and
-    batches grow only when the store is slower than the command. Nothing waits for the
-    store: past _MAX_PENDING_BYTES queued, lines are not queued but counted, and the live
-    log gets a marker line saying how many it misses (as when the store is down).
+    _PIPE_SIZE) and cuts lines, stamping the block's lines with the time it was read; it
+    appends them to the local file with one write and queues them for the store as one
+    `LogBlock` (never an object per line). Another sends whatever has accumulated to the
+    store as one batch (one round trip), as soon as there is something, so lines reach the
+    store within the store's own latency and batches grow only when the store is slower
+    than the command. Nothing waits for the store: past _MAX_PENDING_BYTES queued, lines
+    are not queued but counted, and the live log gets a marker line saying how many it
+    misses (as when the store is down).
 
     With `metrics`, each block read is then handed to it (the training's metric regexes,
     searched in a thread of its own: `LogMetrics.feed` never waits), the lines the tee cut
@@ -115,8 +145,6 @@ class LogTee:
     ) -> None:
         self._fd = -1
         self._metrics = metrics
-        # The marker line that ends a truncated log (not the command's).
-        self._marker: LogRecord | None = None
         # Bytes of lines (each with its newline) this learner may log; past them one
         # marker line, then the rest is read and dropped.
         self._max_bytes = max_bytes
@@ -132,7 +160,7 @@ class LogTee:
         # Lines the store's queue had no room for, not yet marked in it.
         self._dropped = 0
         self._cond = threading.Condition()
-        self._pending: list[LogRecord] = []
+        self._pending: list[LogBlock] = []
         self._pending_bytes = 0
         self._eof = False
         self._closed = False
@@ -172,16 +200,15 @@ class LogTee:
     def _read(self) -> None:
         rest = b""
         try:
-            if self._metrics is None:
-                while chunk := os.read(self._fd, _READ_CHUNK):
-                    lines, rest = split_lines(rest + chunk)
-                    self._put(lines)
-            else:
-                while chunk := os.read(self._fd, _READ_CHUNK):
-                    lines, cuts, rest = split_pieces(rest + chunk)
-                    self._put(lines, cuts)
+            while chunk := os.read(self._fd, _READ_CHUNK):
+                rest = self._take(rest + chunk)
+                if len(chunk) < _GATHER_BELOW:
+                    # Let the pipe gather more before the next read: a command printing
+                    # a line at a time would otherwise be read a few lines at a time, each
+                    # read waking this thread (and the store's) for a handful of lines.
+                    time.sleep(_GATHER_SECONDS)
             if rest:
-                self._put([rest])
+                self._take(rest, final=True)
         except OSError as e:
             self._warn("read", f"reading the command's output failed: {e}")
         finally:
@@ -192,54 +219,69 @@ class LogTee:
                 self._eof = True
                 self._cond.notify_all()
 
-    def _put(self, lines: list[bytes], cuts: list[int] | None = None) -> None:
-        """One block's lines: to the local file, to the metrics, and queued for the store
-        (or counted as dropped when its queue is full)."""
-        if self._closed:  # a straggler holding the pipe after close(): dropped
-            return
-        now = time.time()
-        records: list[LogRecord] = []
-        cut: list[LogRecord] = []
+    def _take(self, buffer: bytes, *, final: bool = False) -> bytes:
+        """The whole lines of `buffer` (all of it if `final`) logged; returns the rest."""
+        if self._truncated or self._closed:  # read and dropped
+            return b""
+        lines, cuts, rest = ([_text(buffer)], [], b"") if final else split_text(buffer)
+        if not lines:
+            return rest
+        # What the lines count against the cap: each piece and one byte for its end.
+        taken = len(buffer) - len(rest)
+        counted = taken + len(cuts) + final
+        if self._max_bytes is not None and self._logged + counted > self._max_bytes:
+            return self._take_to_cap(buffer, self._max_bytes, final=final)
+        self._logged += counted
+        self._put(lines, counted - len(lines), cuts)
+        return rest
+
+    def _take_to_cap(self, buffer: bytes, max_bytes: int, *, final: bool) -> bytes:
+        """`_take` near the log's cap: line by line, the lines within it, then the marker
+        line that ends the log."""
+        pieces, cuts, rest = ([buffer], [], b"") if final else split_pieces(buffer)
+        lines: list[str] = []
         size = 0
-        marker = None
-        for i, raw in enumerate(lines):
-            if self._truncated:
-                break
-            if self._max_bytes is not None and self._logged + len(raw) + 1 > self._max_bytes:
+        for piece in pieces:
+            if self._logged + len(piece) + 1 > max_bytes:
                 self._truncated = True
-                marker = self._marker = LogRecord(
-                    self._learner, now, truncated_marker(self._max_bytes)
-                )
-                records.append(marker)
                 break
-            self._logged += len(raw) + 1
-            line = raw.removesuffix(b"\r").decode("utf-8", "replace")
-            record = LogRecord(self._learner, now, line)
-            records.append(record)
-            size += len(raw)
-            if cuts and i in cuts:
-                cut.append(record)
-        if not records:
+            self._logged += len(piece) + 1
+            lines.append(_text(piece))
+            size += len(piece)
+        cuts = [i for i in cuts if i < len(lines)]
+        self._put(lines, size, cuts, truncated_marker(max_bytes) if self._truncated else None)
+        return rest
+
+    def _put(self, lines: list[str], size: int, cuts: list[int], marker: str | None = None) -> None:
+        """One block's lines (`size` bytes without their newlines) and the marker line that
+        ends the log, if it ends here: to the local file, to the metrics (not the marker),
+        and queued for the store (or counted as dropped when its queue is full)."""
+        now = time.time()
+        blocks = [LogBlock(self._learner, now, lines)] if lines else []
+        if marker is not None:
+            blocks.append(LogBlock(self._learner, now, [marker]))
+        if not blocks:
             return
-        self._write_local(records)
-        if self._metrics is not None:
-            self._metrics.feed(records, size, cut, marker)
+        self._write_local(now, [*lines, marker] if marker is not None else lines)
+        if self._metrics is not None and lines:
+            self._metrics.feed(now, lines, size, cuts)
+        count = len(lines) + (marker is not None)
         with self._cond:
             if self._closed:
                 return
             if self._pending_bytes > _MAX_PENDING_BYTES:
-                self._dropped += len(records)
+                self._dropped += count
                 return
             if self._dropped:
-                gap = LogRecord(self._learner, now, dropped_marker(self._dropped))
+                gap = LogBlock(self._learner, now, [dropped_marker(self._dropped)])
                 self._pending.append(gap)
                 self._dropped = 0
-            self._pending += records
+            self._pending += blocks
             self._pending_bytes += size
             self._cond.notify_all()
 
-    def _write_local(self, records: list[LogRecord]) -> None:
-        text = _local_text(records)
+    def _write_local(self, ts: float, lines: list[str]) -> None:
+        text = _local_text(ts, lines)
         with self._local_lock:
             if not self._local_open:
                 return
@@ -256,7 +298,8 @@ class LogTee:
                     self._cond.wait()
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
                 if not batch and self._dropped:  # the end: say what the live log missed
-                    batch = [LogRecord(self._learner, time.time(), dropped_marker(self._dropped))]
+                    marker = dropped_marker(self._dropped)
+                    batch = [LogBlock(self._learner, time.time(), [marker])]
                     self._dropped = 0
             if not batch:
                 if self._unsent:  # the store missed the last lines: try once more to say so
@@ -264,18 +307,18 @@ class LogTee:
                 return
             self._send(batch)
 
-    def _send(self, batch: list[LogRecord]) -> None:
+    def _send(self, batch: list[LogBlock]) -> None:
         """Append the batch to the live log store. Lines it misses (the store is down or
         restarting) are counted, and the first batch it takes again starts with a marker
         saying how many are missing there, so a gap in the live log is never silent."""
-        records = batch
+        blocks = batch
         if self._unsent:
             ts = batch[0].ts if batch else time.time()
-            records = [LogRecord(self._learner, ts, gap_marker(self._unsent)), *batch]
+            blocks = [LogBlock(self._learner, ts, [gap_marker(self._unsent)]), *batch]
         try:
-            self._store.append(self._training_id, records)
+            self._store.append_blocks(self._training_id, blocks)
         except Exception as e:  # the live log is a convenience; training-log.txt is the record
-            self._unsent += len(batch)
+            self._unsent += sum(len(block.lines) for block in batch)
             self._warn("store", f"the live log store is unavailable, lines are missing: {e}")
             return
         if self._unsent:
@@ -288,15 +331,8 @@ class LogTee:
             print(f"learner wrapper: {message}", file=sys.stderr, flush=True)
 
 
-def _local_text(batch: list[LogRecord]) -> bytes:
-    """The batch as training-log.txt holds it: `<iso time> <line>` per record. The lines
-    of one read share its time stamp, so each distinct stamp is formatted once (formatting
-    one per line was a third of the tee's time for a learner printing as fast as it can)."""
-    parts: list[str] = []
-    last_ts: float | None = None
-    stamp = ""
-    for record in batch:
-        if record.ts != last_ts:
-            last_ts, stamp = record.ts, iso_utc(record.ts) + " "
-        parts += (stamp, record.line, "\n")
-    return "".join(parts).encode("utf-8", "replace")
+def _local_text(ts: float, lines: list[str]) -> bytes:
+    """The lines as training-log.txt holds them: `<iso time> <line>` each, all with the
+    stamp of the read that got them, formatted once."""
+    stamp = iso_utc(ts) + " "
+    return (stamp + ("\n" + stamp).join(lines) + "\n").encode("utf-8", "replace")
