@@ -11,12 +11,16 @@ before the wrappers stored them) has none: the answer is capped, never paged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from fastapi import APIRouter
+import orjson
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import CurrentTenant, SessionDep, owned_training
+from service.api.deps import LoopReads, current_tenant
+from service.db import repository
 from service.domain.manifest import log_metric_definitions, tensorboard_metrics
 from service.domain.metrics import (
     MAX_TENSORBOARD_DOCUMENT_BYTES,
@@ -26,9 +30,9 @@ from service.domain.metrics import (
     parse_log_metrics_document,
     parse_tensorboard_document,
 )
-from service.errors import Conflict, FieldError, ServiceUnavailable
-from service.http.app import PlatformDep
+from service.errors import Conflict, FieldError, NotFound, ServiceUnavailable
 from service.logs.base import iso_utc
+from service.platform import Platform
 from service.storage import keys
 from service.storage.base import ObjectNotFound, ObjectStore, StoreUnavailable
 
@@ -37,8 +41,12 @@ router = APIRouter(prefix="/v1/trainings", tags=["trainings"])
 Point = TensorBoardPoint | LogMetricPoint
 
 
+MetricsAnswer = dict[str, list[dict[str, Any]]]
+
+
 @router.get(
     "/{training_id}/metrics",
+    response_model=MetricsAnswer,
     responses={
         409: {
             "description": "The manifest has a metric regex this service cannot run, or a "
@@ -47,37 +55,63 @@ Point = TensorBoardPoint | LogMetricPoint
         503: {"description": "The object store cannot be read"},
     },
 )
-def get_training_metrics(
-    training_id: str, tenant: CurrentTenant, session: SessionDep, platform: PlatformDep
-) -> dict[str, list[dict[str, Any]]]:
+async def get_training_metrics(training_id: str, request: Request) -> Response:
     """`{"<metric>": [{"value", "learner", "timestamp", "step"}...]}`: what the manifest's
     evaluation_metrics regexes found in the learners' output so far (every metric named,
     `[]` until it matches), or for `evaluation_metrics: {type: tensorboard}` the scalars of
     their TensorBoard event files under LOG_DIR (`<run>/<tag>` each); every learner's
     points merged in time order. At most 50,000 points per learner; the log is not read."""
-    training = owned_training(session, tenant, training_id)
-    learners = sorted(lr.learner_id for lr in training.learners)
-    if tensorboard_metrics(training.manifest):
-        return read_tensorboard_metrics(platform.store, training.id, learners)
-    metrics = log_metric_definitions(training.manifest)
-    # A training submitted before metric regexes ran on RE2 may keep one RE2 refuses.
-    errors = []
-    for i, (_name, regex) in enumerate(metrics):
-        try:
-            metric_pattern(regex)
-        except ValueError as e:
-            errors.append(FieldError(f"/evaluation_metrics/{i}/regex", str(e)))
-    if errors:
-        raise Conflict(
-            "the training's manifest has metric regexes this service cannot run",
-            errors=errors,
-        )
-    return read_log_metrics(platform.store, training.id, learners, [n for n, _ in metrics])
+    # What a dashboard polls, and a flood of it must cost other tenants little: no FastAPI
+    # dependencies, no ORM objects, the database read without a worker thread
+    # (deps.LoopReads); only the object store's reads go to one.
+    platform: Platform = request.app.state.platform
+    tenant = await current_tenant(request, platform)
+    reads: LoopReads = request.app.state.reads
+    found = await reads(repository.training_manifest_and_learners, tenant.id, training_id)
+    if found is None:
+        raise NotFound(f"training {training_id} not found")
+    manifest, learners = found
+    body = await run_in_threadpool(_answer, platform.store, training_id, learners, manifest)
+    return Response(body, media_type="application/json")
+
+
+def _answer(
+    store: ObjectStore, training_id: str, learners: list[int], manifest: dict[str, Any]
+) -> bytes:
+    """The answer's JSON, in a worker thread: the documents are read from the object store
+    (a network call on S3) and may hold 50,000 points each."""
+    if tensorboard_metrics(manifest):
+        answer = read_tensorboard_metrics(store, training_id, learners)
+    else:
+        metrics = log_metric_definitions(manifest)
+        errors = [
+            FieldError(f"/evaluation_metrics/{i}/regex", refused)
+            for i, (_name, regex) in enumerate(metrics)
+            if (refused := _refusal(regex)) is not None
+        ]
+        if errors:
+            # A training submitted before metric regexes ran on RE2 may keep one.
+            raise Conflict(
+                "the training's manifest has metric regexes this service cannot run",
+                errors=errors,
+            )
+        answer = read_log_metrics(store, training_id, learners, [name for name, _ in metrics])
+    return orjson.dumps(answer)
+
+
+@functools.lru_cache(maxsize=4096)
+def _refusal(regex: str) -> str | None:
+    """Why RE2 refuses the regex, or None; kept, as a dashboard asks again and again."""
+    try:
+        metric_pattern(regex)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def read_log_metrics(
     store: ObjectStore, training_id: str, learners: list[int], names: Sequence[str]
-) -> dict[str, list[dict[str, Any]]]:
+) -> MetricsAnswer:
     """Every learner's stored log metrics (keys.log_metrics_key), merged per metric in time
     order; every one of `names` is in the answer. A learner that has stored none (none
     found yet, or it ran before learners stored them) has none."""

@@ -105,3 +105,45 @@ def test_another_tenants_training_is_not_found(
     other = create_tenant(client, "other")
     r = client.get(f"/v1/trainings/{training_id}/metrics", headers=other)
     assert r.status_code == 404, r.text
+
+
+def test_a_dashboard_polling_metrics_costs_no_orm_session(
+    client: TestClient, tenant: dict[str, str], platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The route a dashboard polls (and a noisy tenant floods) reads the training with
+    prepared Core queries on the event loop, no ORM session and no dependency solving."""
+    r = submit(client, tenant, manifest_yaml(evaluation_metrics=[LOSS]))
+    training_id = r.json()["id"]
+    store_learner_metrics(platform, training_id, 1, [(T0, "loss=1")])
+
+    def no_session() -> None:
+        raise AssertionError("GET .../metrics opened an ORM session")
+
+    monkeypatch.setattr(platform, "sessions", no_session)
+    r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
+    assert r.status_code == 200, r.text
+    assert [p["value"] for p in r.json()["loss"]] == [1.0]
+    r = client.get("/v1/trainings/nosuchtraining/metrics", headers=tenant)
+    assert r.status_code == 404, r.text
+
+
+def test_a_stored_regex_re2_refuses_is_a_conflict_naming_it(
+    client: TestClient, tenant: dict[str, str], platform: Platform
+) -> None:
+    """A training submitted before metric regexes ran on RE2 may keep one RE2 refuses (a
+    backreference): 409, naming the regex's place in the manifest."""
+    from service.db.models import Training
+
+    r = submit(client, tenant, manifest_yaml(evaluation_metrics=[LOSS, ACC]))
+    training_id = r.json()["id"]
+    with platform.sessions() as session:
+        training = session.get(Training, training_id)
+        assert training is not None
+        manifest = dict(training.manifest)
+        manifest["evaluation_metrics"] = [LOSS, {"name": "acc", "regex": r"(a)\1=([0-9.]+)"}]
+        training.manifest = manifest
+        session.commit()
+    for _ in range(2):  # the refusal is kept, and said again
+        r = client.get(f"/v1/trainings/{training_id}/metrics", headers=tenant)
+        assert r.status_code == 409, r.text
+        assert [e["field"] for e in r.json()["errors"]] == ["/evaluation_metrics/1/regex"]

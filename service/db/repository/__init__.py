@@ -54,6 +54,7 @@ from service.db.repository.training_views import (
     decode_cursor,
     encode_cursor,
     list_training_views,
+    training_manifest_and_learners,
     training_status,
     training_view,
 )
@@ -153,6 +154,7 @@ __all__ = [
     "tenant_training_count",
     "touch_key",
     "training_by_id",
+    "training_manifest_and_learners",
     "training_status",
     "training_statuses",
     "training_view",

@@ -96,6 +96,31 @@ def training_status(conn: Connection, tenant_id: str, training_id: str) -> str |
     return None if row is None else str(row[0])
 
 
+_TRAINING_MANIFEST = select(Training.manifest).where(
+    Training.id == bindparam("training_id"), Training.tenant_id == bindparam("tenant_id")
+)
+
+
+_LEARNER_IDS = (
+    select(Learner.learner_id)
+    .where(Learner.training_id == bindparam("training_id"))
+    .order_by(Learner.learner_id)
+)
+
+
+def training_manifest_and_learners(
+    conn: Connection, tenant_id: str, training_id: str
+) -> tuple[dict[str, Any], list[int]] | None:
+    """The tenant's training's stored manifest and its learners' ids, or None if the
+    tenant has no such training: two prepared Core queries, what `GET .../metrics` needs."""
+    args = {"training_id": training_id, "tenant_id": tenant_id}
+    row = conn.execute(_TRAINING_MANIFEST, args).first()
+    if row is None:
+        return None
+    learners = [int(learner) for learner in conn.execute(_LEARNER_IDS, args).scalars()]
+    return dict(row[0]), learners
+
+
 def encode_cursor(created_at: datetime, training_id: str) -> str:
     raw = json.dumps([created_at.isoformat(), training_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
