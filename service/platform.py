@@ -220,7 +220,9 @@ class Platform:
         """Whether a submitted training may name the runtime `name`: an installed one or,
         where the operator lets the platform install a runtime on its first use
         (DLAAS_RUNTIME_AUTO_INSTALL), any defined one. Only that runtime is looked at."""
-        if name == runtimes.PLATFORM or self.settings.backend == "kubernetes":
+        if name == runtimes.PLATFORM:  # this installation's own: no file to look at
+            return True
+        if self.settings.backend == "kubernetes":
             return name in runtimes.known(self.runtime_definitions)
         if self.settings.runtime_auto_install and name in runtimes.definitions(
             self.runtime_definitions

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import cast
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service import runtimes
@@ -133,3 +134,20 @@ def test_a_runtime_gone_before_the_launch_fails_the_training(
         assert training is not None
         assert training.status == TrainingState.FAILED
         assert "`dlaas runtimes install horovod-tf2.14`" in (training.status_message or "")
+
+
+def test_a_training_in_the_platforms_own_runtime_looks_at_no_file(
+    client: TestClient, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most trainings run in the platform's own runtime: their submission scans no
+    definitions and reads no installed runtime (each a system call that gives the GIL up
+    on a busy API)."""
+
+    def no_files(*_args: object) -> None:
+        raise AssertionError("the submission looked at the runtimes on disk")
+
+    monkeypatch.setattr(runtimes, "definitions", no_files)
+    monkeypatch.setattr(runtimes, "installed", no_files)
+    assert platform.runtime_startable(runtimes.PLATFORM)
+    r = submit(client, create_tenant(client, "own-runtime"))
+    assert r.status_code == 201, r.text
