@@ -41,18 +41,27 @@ def create_training(
     model_definition: CodeArchive,
     tenant: CurrentTenant,
     platform: PlatformDep,
-    session: SessionDep,
-    response: Response,
-) -> TrainingOut:
+) -> Response:
     """Validate the manifest against the catalog and the tenant's plan, check the code
     archive, store it, and queue the training."""
     manifest_text = manifest.file.read(MAX_MANIFEST_BYTES + 1)  # more is refused: too large
-    with submissions.submission(
-        session, platform, tenant, manifest_text, model_definition.file
-    ) as training:
+    # The session is this thread's own, not a dependency's: FastAPI enters and leaves a
+    # generator dependency in worker threads of its own, two more hops a submission.
+    with (
+        platform.sessions() as session,
+        submissions.submission(
+            session, platform, tenant, manifest_text, model_definition.file
+        ) as training,
+    ):
         session.commit()
-    response.headers["Location"] = f"/v1/trainings/{training.id}"
-    return TrainingOut.of(training)
+    # The body made once, by the model's own serialiser (returning the model had FastAPI
+    # validate it again against the response model before serialising it).
+    return Response(
+        TrainingOut.of(training).model_dump_json(),
+        status_code=status.HTTP_201_CREATED,
+        media_type="application/json",
+        headers={"Location": f"/v1/trainings/{training.id}"},
+    )
 
 
 @router.get("", response_model=TrainingList)
