@@ -28,7 +28,7 @@ import redis
 from kubernetes import client, config
 
 from service.domain.records import Secret
-from service.logs.base import LogRecord, LogStoreUnavailable
+from service.logs.base import LogBlock, LogRecord, LogStoreUnavailable
 from service.logs.config import LogSinkConfig
 from service.logs.redis import RedisLogStore
 from service.logs.redis_users import USER_PREFIX, RedisLogUsers, user_name
@@ -183,14 +183,22 @@ def test_a_learners_log_credentials_reach_its_own_stream_only(
         sink.append(MINE, [LogRecord(1, 1.0, "mine")])
         admin.script_flush()  # the sink loads the append script again itself
         sink.append(MINE, [LogRecord(1, 2.0, "mine again")])
+        # What the log tee sends: blocks, through a script of their own, loaded by the sink.
+        sink.append_blocks(MINE, [LogBlock(1, 3.0, ["block", "of lines"])])
+        admin.script_flush()
+        sink.append_blocks(MINE, [LogBlock(2, 4.0, ["again"])])
         assert [f["line"] for _, f in admin.xrange(RedisLogStore.key(MINE))] == [
             "mine",
             "mine again",
+            "block",
+            "of lines",
+            "again",
         ]
 
         other = RedisLogStore.key(OTHER)
         attacks: list[Callable[[], Any]] = [
             lambda: sink.append(OTHER, [LogRecord(1, 1.0, "forged")]),
+            lambda: sink.append_blocks(OTHER, [LogBlock(1, 1.0, ["forged"])]),
             lambda: sink.client.xadd(other, {"line": "forged"}),
             lambda: sink.client.xrange(other),
             lambda: sink.client.xread({other: "0-0"}),

@@ -475,3 +475,27 @@ def test_a_page_of_an_empty_log_is_empty(store: LogStore, tid: str) -> None:
     assert page.text == b"" and not page.more
     with pytest.raises(ValueError):
         read_page(store, tid, "not a cursor!", keep=_keep_all, max_bytes=100, max_records=100)
+
+
+def test_redis_sends_a_block_s_learner_and_stamp_once() -> None:
+    """The tee's blocks reach Redis as one script call whose arguments are each block's
+    learner, stamp and line count, then its lines: one argument to encode a line, not three
+    (a third of the learner's CPU on a fast printer)."""
+    store = RedisLogStore(REDIS_URL)
+    tid = f"test-{uuid.uuid4().hex}"
+    sent: list[list[object]] = []
+    script = store._append_blocks
+
+    def counting(keys: list[str], args: list[object]) -> object:
+        sent.append(args)
+        return script(keys=keys, args=args)
+
+    store._append_blocks = counting  # type: ignore[assignment,method-assign]
+    blocks = [LogBlock(1, 1.0, ["a", "b", "c"]), LogBlock(2, 2.0, []), LogBlock(1, 3.0, ["d"])]
+    try:
+        store.append_blocks(tid, blocks)
+        assert len(sent) == 1 and len(sent[0]) == 1 + 3 * 2 + 4
+        assert store.read(tid)[0] == records_of(blocks)
+    finally:
+        store.delete(tid)
+        store.close()
