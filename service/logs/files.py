@@ -230,13 +230,13 @@ def _encode_block(block: LogBlock) -> bytes:
     that may end with a comma (`,",` or a last `,"` in the JSON), or one orjson refuses
     (a lone surrogate, which only a caller other than the log tee can pass), is written
     line by line."""
-    head = b'{"ts":' + orjson.dumps(block.ts) + b',"line":'
     try:
         strings = orjson.dumps(block.lines)[1:-1]
     except (orjson.JSONEncodeError, TypeError):
+        strings = None
+    if strings is None or b',",' in strings or strings.endswith(b',"'):
         return b"".join(_encode(block.ts, line) for line in block.lines)
-    if b',",' in strings or strings.endswith(b',"'):
-        return b"".join(_encode(block.ts, line) for line in block.lines)
+    head = b'{"ts":' + orjson.dumps(block.ts) + b',"line":'
     return head + strings.replace(b'","', b'"}\n' + head + b'"') + b"}\n"
 
 

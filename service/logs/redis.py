@@ -14,24 +14,15 @@ from typing import Any, cast
 
 import redis
 
-from service.logs.base import LogBlock, LogRecord, LogStoreUnavailable
+from service.logs.base import LogBlock, LogRecord, LogStoreUnavailable, blocks_of
 
 KEY_PREFIX = "dlaas:logs:"
 MAX_LEN = 1_000_000  # entries kept per training (approximately; older ones are trimmed)
 _START = "0-0"
 _ID = re.compile(r"[0-9]+-[0-9]+")
-# ARGV: the stream's length cap, then learner, ts and line of each record, in order.
-_APPEND = """
-local key, maxlen = KEYS[1], ARGV[1]
-for i = 2, #ARGV, 3 do
-  redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*',
-             'learner', ARGV[i], 'ts', ARGV[i + 1], 'line', ARGV[i + 2])
-end
-return (#ARGV - 1) / 3
-"""
 # ARGV: the stream's length cap, then per block its learner, its stamp, how many lines it
 # has and the lines, in order.
-_APPEND_BLOCKS = """
+_APPEND = """
 local key, maxlen = KEYS[1], ARGV[1]
 local i, added = 2, 0
 while i <= #ARGV do
@@ -69,7 +60,6 @@ class RedisLogStore:
         self.description = f"the Redis log store at {where}"
         # Sent by its hash (EVALSHA), and loaded again by redis-py if the server lost it.
         self._append = self.client.register_script(_APPEND)
-        self._append_blocks = self.client.register_script(_APPEND_BLOCKS)
 
     @contextlib.contextmanager
     def _reaching(self) -> Iterator[None]:
@@ -85,21 +75,15 @@ class RedisLogStore:
         return KEY_PREFIX + training_id
 
     def append(self, training_id: str, records: Sequence[LogRecord]) -> None:
-        """Add the records to the training's stream in one round trip: one call of a
-        script that adds them in order (a pipeline of one XADD per record cost the learner
-        ~30 µs of CPU a line to encode the commands and parse their replies; the script's
-        one command, a quarter of that)."""
-        if not records:
-            return
-        args: list[Any] = [MAX_LEN]
-        for r in records:
-            args += (r.learner, repr(r.ts), r.line)
-        with self._reaching():
-            self._append(keys=[self.key(training_id)], args=args)
+        """Add the records to the training's stream in one round trip (`append_blocks`)."""
+        self.append_blocks(training_id, list(blocks_of(records)))
 
     def append_blocks(self, training_id: str, blocks: Sequence[LogBlock]) -> None:
-        """As `append`, in one call of a script that takes each block's learner and stamp
-        once: a line costs the learner one argument to encode, not three."""
+        """Add the blocks' lines to the training's stream in one round trip: one call of a
+        script that adds them in order, taking each block's learner and stamp once. (A
+        pipeline of one XADD per line cost the learner ~30 µs of CPU a line to encode the
+        commands and parse their replies; a script's arguments per line, a fraction of
+        that, and one a line rather than three halved it again.)"""
         args: list[Any] = [MAX_LEN]
         for block in blocks:
             if block.lines:
@@ -107,7 +91,7 @@ class RedisLogStore:
         if len(args) == 1:
             return
         with self._reaching():
-            self._append_blocks(keys=[self.key(training_id)], args=args)
+            self._append(keys=[self.key(training_id)], args=args)
 
     def read(
         self, training_id: str, cursor: str | None = None, limit: int = 10_000

@@ -29,7 +29,7 @@ from tests.unit.test_logtee import tee_program
 from tests.unit.test_tensorboard_metrics import CountingStore, spec
 from worker.learner.logdir import LogDirSync
 from worker.learner.logmetrics import LogMetrics
-from worker.learner.logtee import MAX_LINE_BYTES, LogTee, split_lines, split_pieces
+from worker.learner.logtee import MAX_LINE_BYTES, LogTee, split_pieces
 from worker.learner.spec import LearnerSpec
 from worker.learner.transfers import Transfers
 
@@ -265,7 +265,6 @@ def test_split_pieces_says_which_pieces_do_not_end_their_line(
     buffer: bytes, pieces: list[bytes], cuts: list[int], rest: bytes
 ) -> None:
     assert split_pieces(buffer) == (pieces, cuts, rest)
-    assert split_lines(buffer) == (pieces, rest)
 
 
 def _run_tee(

@@ -484,13 +484,13 @@ def test_redis_sends_a_block_s_learner_and_stamp_once() -> None:
     store = RedisLogStore(REDIS_URL)
     tid = f"test-{uuid.uuid4().hex}"
     sent: list[list[object]] = []
-    script = store._append_blocks
+    script = store._append
 
     def counting(keys: list[str], args: list[object]) -> object:
         sent.append(args)
         return script(keys=keys, args=args)
 
-    store._append_blocks = counting  # type: ignore[assignment,method-assign]
+    store._append = counting  # type: ignore[assignment,method-assign]
     blocks = [LogBlock(1, 1.0, ["a", "b", "c"]), LogBlock(2, 2.0, []), LogBlock(1, 3.0, ["d"])]
     try:
         store.append_blocks(tid, blocks)

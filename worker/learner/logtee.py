@@ -31,26 +31,16 @@ _GATHER_SECONDS = 0.002
 _MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
-def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """Complete lines of `buffer` (without their newline) and the incomplete rest.
+def split_pieces(buffer: bytes) -> tuple[list[bytes], list[int], bytes]:
+    """Complete lines of `buffer` (without their newline), the indexes of the pieces that
+    do not end their line, and the incomplete rest.
 
     A line longer than MAX_LINE_BYTES is cut into pieces of at most that size, at a UTF-8
-    character boundary where there is one nearby, so the rest never exceeds it.
+    character boundary where there is one nearby, so the rest never exceeds it; the next
+    piece, or the rest, goes on with it. Usually there is no cut.
     """
-    return _split(buffer, None)
-
-
-def split_pieces(buffer: bytes) -> tuple[list[bytes], list[int], bytes]:
-    """As `split_lines`, and the indexes of the pieces that do not end their line (a line
-    longer than MAX_LINE_BYTES was cut there, and the next piece, or the rest, goes on
-    with it): usually none."""
-    cuts: list[int] = []
-    lines, rest = _split(buffer, cuts)
-    return lines, cuts, rest
-
-
-def _split(buffer: bytes, cuts: list[int] | None) -> tuple[list[bytes], bytes]:
     lines: list[bytes] = []
+    cuts: list[int] = []
     start = 0
     while True:
         newline = buffer.find(b"\n", start, start + MAX_LINE_BYTES + 1)
@@ -61,12 +51,11 @@ def _split(buffer: bytes, cuts: list[int] | None) -> tuple[list[bytes], bytes]:
             cut = start + MAX_LINE_BYTES
             while cut > start + MAX_LINE_BYTES - 3 and buffer[cut] & 0xC0 == 0x80:
                 cut -= 1  # do not split a multi-byte character
-            if cuts is not None:
-                cuts.append(len(lines))
+            cuts.append(len(lines))
             lines.append(buffer[start:cut])
             start = cut
         else:
-            return lines, buffer[start:]
+            return lines, cuts, buffer[start:]
 
 
 def split_text(buffer: bytes) -> tuple[list[str], list[int], bytes]:
