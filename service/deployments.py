@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.auth import TenantRef, new_id
@@ -59,6 +60,10 @@ def _checked_exports(store: ObjectStore, catalog: Catalog, training: Training) -
     return exports
 
 
+# Tries of an insert whose name another request took between the check and the insert.
+_NAME_RACES = 3
+
+
 def create_deployment(
     session: Session,
     store: ObjectStore,
@@ -68,7 +73,38 @@ def create_deployment(
     name: str | None,
 ) -> Deployment:
     """Insert the deployment DEPLOYING; a scoring service copies and loads the model.
-    LimitExceeded if the tenant keeps as many deployments as the plan allows."""
+    LimitExceeded if the tenant keeps as many deployments as the plan allows.
+
+    Names are unique per tenant (the database's index, `uq_deployments_tenant_name`): a
+    request that loses the name to another one made at the same time, between its check
+    and its insert, is rolled back and checked again, so an asked-for name is the same
+    Conflict as one taken before, and a default name takes the next free suffix."""
+    for _ in range(_NAME_RACES):
+        exports = _checked_for(session, store, catalog, tenant, training)
+        deployment = _new_deployment(session, tenant, training, name, max(exports))
+        session.add(deployment)
+        try:
+            session.flush()
+        except IntegrityError:
+            session.rollback()
+            if repository.deployment_named(session, tenant.id, deployment.name) is None:
+                raise  # not the name: nothing else is unique but the id, which is new
+            continue
+        for number, source in exports.items():
+            session.add(
+                _new_version(deployment.id, number, training.id, source, deployment.created_at)
+            )
+        session.flush()
+        return deployment
+    message = "other deployments took each name tried for this one; try again"
+    raise Conflict(f"/name: {message}", errors=[FieldError("/name", message)])
+
+
+def _checked_for(
+    session: Session, store: ObjectStore, catalog: Catalog, tenant: TenantRef, training: Training
+) -> dict[int, str]:
+    """The SavedModels (version -> store prefix) a new deployment of `training` serves,
+    after the plan's and the deployment rule's checks."""
     plan = catalog.plans.get(tenant.plan)
     if plan is not None:
         kept = repository.tenant_deployment_count(session, tenant.id)
@@ -81,10 +117,15 @@ def create_deployment(
             f"deployment loads at most {versions.MAX_LOADED_VERSIONS} at once"
         )
         raise ValidationFailed([FieldError("training_id", problem)], detail=problem)
+    return exports
+
+
+def _new_deployment(
+    session: Session, tenant: TenantRef, training: Training, name: str | None, latest: int
+) -> Deployment:
     deployment_id = new_id()
     now = utcnow()
-    latest = max(exports)
-    deployment = Deployment(
+    return Deployment(
         id=deployment_id,
         tenant_id=tenant.id,
         training_id=training.id,
@@ -95,12 +136,6 @@ def create_deployment(
         created_at=now,
         updated_at=now,
     )
-    session.add(deployment)
-    session.flush()
-    for number, source in exports.items():
-        session.add(_new_version(deployment_id, number, training.id, source, now))
-    session.flush()
-    return deployment
 
 
 def _new_version(

@@ -178,6 +178,8 @@ class Deployment(Base):
         Index("ix_deployments_tenant_created", "tenant_id", "created_at", "id"),
         # Scoring processes look for deployments still DEPLOYING.
         Index("ix_deployments_status", "status"),
+        # TensorFlow Serving's paths and the gRPC API address a model by its name.
+        Index("uq_deployments_tenant_name", "tenant_id", "name", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

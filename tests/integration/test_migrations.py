@@ -13,6 +13,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from service.db.models import Base
 from service.db.session import make_engine, upgrade
@@ -122,6 +123,75 @@ def test_existing_deployments_become_their_version_1(empty_database: str) -> Non
                 False,
             ),
         ]
+    finally:
+        engine.dispose()
+
+
+def test_deployments_sharing_a_name_are_renamed_and_names_become_unique(
+    empty_database: str,
+) -> None:
+    """0010: of the deployments of one tenant that share a name, the oldest keeps it and
+    each later one takes the first `-<n>` suffix no deployment of the tenant has (a long
+    name is cut to fit the column); then the database refuses a second deployment of the
+    same tenant and name."""
+    engine = make_engine(empty_database)
+    long = "x" * 128
+    try:
+        upgrade(engine, "0009")
+        with engine.begin() as conn:
+            for tenant in ("t1", "t2"):
+                conn.execute(
+                    text(
+                        "INSERT INTO tenants (id, name, plan, created_at) "
+                        "VALUES (:id, :id, 'standard', :now)"
+                    ),
+                    {"id": tenant, "now": NOW},
+                )
+            for minute, (id_, tenant, name) in enumerate(
+                (
+                    ("d1", "t1", "m"),
+                    ("d2", "t1", "m"),
+                    ("d3", "t1", "m-2"),
+                    ("d4", "t1", "m"),
+                    ("d5", "t2", "m"),
+                    ("d6", "t1", long),
+                    ("d7", "t1", long),
+                )
+            ):
+                conn.execute(
+                    text(
+                        "INSERT INTO deployments (id, tenant_id, training_id, name, status, "
+                        "model_key, created_at, updated_at) VALUES (:id, :tenant, 'tr', "
+                        ":name, 'READY', 'k', :at, :at)"
+                    ),
+                    {
+                        "id": id_,
+                        "tenant": tenant,
+                        "name": name,
+                        "at": NOW.replace(minute=minute),
+                    },
+                )
+        upgrade(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, name FROM deployments ORDER BY id")).all()
+        assert dict(rows) == {
+            "d1": "m",
+            "d2": "m-3",
+            "d3": "m-2",
+            "d4": "m-4",
+            "d5": "m",
+            "d6": long,
+            "d7": "x" * 126 + "-2",
+        }
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO deployments (id, tenant_id, training_id, name, status, "
+                    "model_key, created_at, updated_at) VALUES ('d8', 't2', 'tr', 'm', "
+                    "'READY', 'k', :at, :at)"
+                ),
+                {"at": NOW},
+            )
     finally:
         engine.dispose()
 
