@@ -5,13 +5,26 @@ saw."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 
-import ddl
-import numpy as np
-import torch
-import torch.distributed as dist
+
+def _after_ddl_exits() -> None:
+    """Registered before `import ddl`, so it runs after ddl's exit handler (atexit runs
+    them last in, first out): the process group is gone before the interpreter finalizes,
+    so no Gloo thread is left to touch it."""
+    import torch.distributed as dist
+
+    print(f"rank={R} at exit the process group is initialized: {dist.is_initialized()}")
+
+
+atexit.register(_after_ddl_exits)
+
+import ddl  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 R, N = ddl.rank(), ddl.size()
 

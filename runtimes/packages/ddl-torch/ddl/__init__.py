@@ -25,6 +25,7 @@ step() averages the gradients first).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import socket
@@ -104,6 +105,21 @@ if not dist.is_initialized():
         world_size=_SIZE,
         timeout=timedelta(seconds=_env_int("DDL_TIMEOUT_SECONDS", 600)),
     )
+
+
+def _shut_down() -> None:
+    """Stop the process group's threads while the interpreter still runs (DDL's Finalize).
+
+    A Gloo thread lets go of a finished collective's tensors a moment after the caller has
+    them; if the interpreter is finalizing by then, the thread cannot take the GIL to
+    release them, is unwound from C++ and the process aborts (exit 134) after the program
+    succeeded. Registered after mpi4py's own exit handler, so it runs before MPI is
+    finalized."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+atexit.register(_shut_down)
 
 _OPS = ("sum", "avg")
 
