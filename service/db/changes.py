@@ -29,6 +29,9 @@ _TRIGGERS = ["dlaas_notify_trainings", "dlaas_notify_learners", "dlaas_notify_st
 NO_TRIGGERS_RETRY_SECONDS = 30.0
 # The listening connection's name in pg_stat_activity.
 APPLICATION_NAME = "dlaas-training-changes"
+# The longest the listener waits for notifications before it looks whether it is closing:
+# `close` returns within it, however long `every` is (DLAAS_MONITOR_INTERVAL, 60 s for some).
+CLOSE_CHECK_SECONDS = 0.25
 
 
 class TrainingChanges:
@@ -63,7 +66,7 @@ class TrainingChanges:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop listening (within `every` / 2 seconds: the longest wait)."""
+        """Stop listening (within CLOSE_CHECK_SECONDS, or a round trip or connect under way)."""
         self._closing.set()
         self._thread.join(timeout=self._every + CONNECT_TIMEOUT)
 
@@ -106,6 +109,8 @@ class TrainingChanges:
                 for notify in conn.notifies(timeout=0):
                     self._changed(notify.payload)
                 self._caught_up(started)
-                for notify in conn.notifies(timeout=self._every / 2):
-                    self._changed(notify.payload)
+                until = started + self._every / 2
+                while not self._closing.is_set() and (left := until - time.monotonic()) > 0:
+                    for notify in conn.notifies(timeout=min(left, CLOSE_CHECK_SECONDS)):
+                        self._changed(notify.payload)
             return True

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from service.api.training_views import TrainingViews
-from service.db.changes import APPLICATION_NAME, TrainingChanges
+from service.db.changes import APPLICATION_NAME, TRAINING_CHANNEL, TrainingChanges
 from service.db.models import Training
 from service.db.session import make_engine, make_sessionmaker, upgrade
 from service.domain.lifecycle import LearnerObservation
@@ -255,6 +256,16 @@ def test_a_lost_listener_answers_nothing_kept_until_it_is_back(
 def test_a_database_without_the_triggers_is_never_caught_up() -> None:
     """An API process on a database not migrated to 0006 hears nothing of the other
     writers: it must answer nothing from what it kept (every read is a query)."""
+    with _fresh_database() as engine:
+        upgrade(engine, "0005")
+        assert _first_report(engine) == "lost"
+        upgrade(engine)
+        assert _first_report(engine) == "caught up"
+
+
+@contextmanager
+def _fresh_database() -> Iterator[Engine]:
+    """An empty PostgreSQL database of this test's own, dropped after it."""
     name = f"dlaas_views_{os.getpid()}"
     admin = PG_SERVER.replace("postgresql+psycopg", "postgresql") + "/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -262,10 +273,7 @@ def test_a_database_without_the_triggers_is_never_caught_up() -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
     engine = make_engine(f"{PG_SERVER}/{name}")
     try:
-        upgrade(engine, "0005")
-        assert _first_report(engine) == "lost"
-        upgrade(engine)
-        assert _first_report(engine) == "caught up"
+        yield engine
     finally:
         engine.dispose()
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -293,3 +301,33 @@ def _first_report(engine: Engine) -> str:
     finally:
         changes.close()
     return reports[0]
+
+
+@pytest.mark.integration
+def test_the_listener_hears_within_its_waits_and_closes_at_once() -> None:
+    """However long the interval between its round trips (DLAAS_MONITOR_INTERVAL; 60 s
+    made an API process take 30 s to shut down), the listener hands on a notification as
+    it arrives and `close` returns within CLOSE_CHECK_SECONDS."""
+    with _fresh_database() as engine:
+        upgrade(engine)
+        heard: list[str] = []
+        caught_up = threading.Event()
+        changes = TrainingChanges(
+            engine.url,
+            changed=heard.append,
+            caught_up=lambda _at: caught_up.set(),
+            lost=lambda: None,
+            every=60.0,
+        )
+        try:
+            assert caught_up.wait(30)
+            with engine.begin() as conn:
+                notify = text("SELECT pg_notify(:channel, 't-42')")
+                conn.execute(notify, {"channel": TRAINING_CHANNEL})
+            _until(lambda: heard == ["t-42"], "the notification is handed on", timeout=5)
+        finally:
+            started = time.monotonic()
+            changes.close()
+            took = time.monotonic() - started
+        assert not changes._thread.is_alive()
+        assert took < 5, f"close took {took:.1f} s"  # 30 s before; CLOSE_CHECK_SECONDS now
