@@ -12,6 +12,10 @@ TF_SERVING_API ?= tensorflow-serving-api==2.21.*
 # Debian's Chromium, which the browser tests drive (installed by `make browser`, which
 # `make test` runs, if missing; `make quickstart` and `make install` never install it).
 CHROMIUM ?= /usr/bin/chromium
+# nghttp2's h2load, the gRPC scoring rows' load generator (benchmarks/loadgen.py; its test
+# runs in `make test`): Debian's nghttp2-client, installed by `make test` and `make bench`
+# if missing.
+H2LOAD ?= /usr/bin/h2load
 
 .PHONY: help install ui-assets browser lint test test-fast chaos run quickstart schema bench clean
 
@@ -72,10 +76,14 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
-test: lint browser
+$(H2LOAD):
+	@echo "Installing Debian's nghttp2-client (apt-get, system-wide) for h2load"
+	apt-get update && apt-get install -y nghttp2-client
+
+test: lint browser $(H2LOAD)
 	$(BIN)/pytest -q
 
-test-fast: install
+test-fast: install $(H2LOAD)
 	$(BIN)/pytest -q -m "not integration and not e2e" -k "not postgresql"
 
 chaos: install
@@ -92,7 +100,7 @@ quickstart: $(INSTALLED)
 schema: install
 	$(BIN)/python -m service.domain.manifest > manifests/manifest.schema.json
 
-bench: install
+bench: install $(H2LOAD)
 	$(BIN)/python benchmarks/run.py --quick --json bench.json
 
 clean:

@@ -10,9 +10,15 @@ which caps the throughput it can measure and so flatters the slower server in a 
 from __future__ import annotations
 
 import asyncio
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 
@@ -124,51 +130,89 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+# Each answer of h2load's log (--log-file): when it was sent (µs), its HTTP status, and how
+# long it took (µs).
+_H2LOAD_LOG_LINE = re.compile(r"^\d+\t(\d+)\t(\d+)$")
+_TIME_UNITS = {"us": 1e6, "ms": 1e3, "s": 1.0}
+
+
 def hammer_grpc(
     target: str,
     method: str,
     *,
     request: bytes,
+    answer_bytes: int,
     metadata: tuple[tuple[str, str], ...] = (),
     concurrency: int = 1,
     seconds: float = 1.0,
     warmup: float = 0.25,
 ) -> Load:
-    """The same closed loop over one gRPC channel (HTTP/2, `concurrency` calls in flight,
-    one blocking call per thread: grpcio's synchronous client spent about 0.3 ms of CPU
-    per call here against 0.35-0.7 ms for its asyncio one): the request serialized once,
-    the answer's bytes not parsed. Raises on any status but OK."""
-    import threading
+    """The same closed loop for a unary gRPC method: `concurrency` calls in flight on one
+    HTTP/2 connection, by nghttp2's h2load (C), which costs a few percent of the CPU a call
+    costs the server. grpcio's own client spent about 0.3 ms of CPU per call here (its
+    asyncio one 0.35-0.7 ms): as much as the server, on the same two cores.
 
-    import grpc
+    h2load knows HTTP, not gRPC: a refused call is an HTTP 200 whose status is in its
+    trailers, with no message. So every answer counted must have brought one message of
+    `answer_bytes` bytes (the answer to `request`, measured by the caller with a gRPC
+    client): the run raises unless the data received is exactly that for every call, and
+    every call answered 200."""
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        raise RuntimeError(
+            "the gRPC rows need h2load, nghttp2's benchmark client: `apt-get install "
+            "nghttp2-client` (`make bench` installs it)"
+        )
+    frame = b"\0" + struct.pack(">I", len(request)) + request
+    with tempfile.TemporaryDirectory(prefix="dlaas-h2load-") as tmp:
+        body = Path(tmp) / "request"
+        body.write_bytes(frame)
 
-    result = Load()
-    errors: list[BaseException] = []
-    with grpc.insecure_channel(target) as channel:
-        call = channel.unary_unary(method)  # bytes in, bytes out
+        def run(duration: float, log: Path | None) -> tuple[int, float]:
+            argv = [h2load, "--clients=1", "--threads=1", f"--max-concurrent-streams={concurrency}"]
+            argv += [f"--duration={max(1, round(duration * 1000))}ms", f"--data={body}"]
+            argv += ["--header=content-type: application/grpc", "--header=te: trailers"]
+            argv += [f"--header={k}: {v}" for k, v in metadata]
+            argv += [f"--log-file={log}"] if log is not None else []
+            argv.append(f"http://{target}{method}")
+            out = subprocess.run(argv, capture_output=True, text=True, check=False)
+            finished = re.search(r"finished in ([\d.]+)(us|ms|s),", out.stdout)
+            if out.returncode != 0 or finished is None:
+                raise RuntimeError(f"h2load failed ({out.returncode}): {out.stdout}{out.stderr}")
+            done = _check_answers(out.stdout, len(frame) - len(request) + answer_bytes)
+            return done, float(finished.group(1)) / _TIME_UNITS[finished.group(2)]
 
-        def client(until: float, record: bool) -> None:
-            try:
-                while (sent := time.perf_counter()) < until:
-                    call(request, metadata=metadata, timeout=60)
-                    if record:
-                        result.latencies.append(time.perf_counter() - sent)
-            except BaseException as e:  # reported by the caller's thread
-                errors.append(e)
-
-        def run(until: float, record: bool) -> None:
-            threads = [
-                threading.Thread(target=client, args=(until, record)) for _ in range(concurrency)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if errors:
-                raise errors[0]
-
-        run(time.perf_counter() + warmup, False)
-        start = time.perf_counter()
-        run(start + seconds, True)
-        result.elapsed = time.perf_counter() - start
+        run(warmup, None)
+        log = Path(tmp) / "answers.log"
+        done, elapsed = run(seconds, log)
+        result = Load(elapsed=elapsed)
+        for line in log.read_text().splitlines():
+            parsed = _H2LOAD_LOG_LINE.match(line)
+            if parsed is None or parsed.group(1) != "200":
+                raise RuntimeError(f"h2load logged an answer that is not a 200: {line!r}")
+            result.latencies.append(int(parsed.group(2)) / 1e6)
+        if len(result.latencies) != done:
+            raise RuntimeError(f"h2load logged {len(result.latencies)} answers of {done}")
     return result
+
+
+def _check_answers(report: str, frame_bytes: int) -> int:
+    """Every call h2load counted as done answered 200 with one message of `frame_bytes`
+    (its 5-byte gRPC prefix included), and none failed; how many were done."""
+    counts = re.search(
+        r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+        r"(\d+) errored, (\d+) timeout",
+        report,
+    )
+    data = re.search(r"traffic: .*, [\d.]+\w*B \((\d+)\) data", report)
+    if counts is None or data is None:
+        raise RuntimeError(f"h2load's report is not understood: {report}")
+    done, succeeded, failed, errored, timeout = (int(g) for g in counts.groups())
+    if not done or succeeded != done or failed or errored or timeout:
+        raise RuntimeError(f"h2load: not every call was answered 200: {report}")
+    if int(data.group(1)) != done * frame_bytes:
+        raise RuntimeError(
+            f"h2load: {done} calls brought {data.group(1)} bytes of messages, not "
+            f"{done} x {frame_bytes}: some were refused (a gRPC status in trailers): {report}"
+        )
+    return done

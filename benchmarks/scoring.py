@@ -17,8 +17,11 @@ off), so a noisy neighbour hits both alike.
 An API of its own (batching on, as the REST one) serves TensorFlow Serving's gRPC API
 (DLAAS_SCORING_GRPC_PORT), so the REST rows measure the API as it runs without it: the
 `scoring_grpc_<model>_b64` rows are batch-64 predictions through it (a PredictRequest made
-with tensorflow-serving-api and tf.make_tensor_proto, 4 calls in flight on one channel)
-against the same in-process baseline, measured in turn with it.
+with tensorflow-serving-api and tf.make_tensor_proto, 4 calls in flight on one HTTP/2
+connection, sent by nghttp2's h2load: grpcio's client cost as much CPU per call as the
+server on the same two cores; every answer is checked to be the answer's message, whose
+numbers a grpcio call checked first against REST's) against the same in-process
+baseline, measured in turn with it.
 
 `scoring_rest_tfs_path_b64` is TensorFlow Serving's REST path, `POST
 /v1/models/{name}:predict` with a batch of 64 `instances`, on the batching API, against
@@ -68,6 +71,7 @@ from benchmarks.loadgen import hammer, hammer_grpc
 ADMIN = "bench-admin"
 BATCHING_CONCURRENCY = 8
 THROUGHPUT_CONCURRENCY = 4
+GRPC_PREDICT = "/tensorflow.serving.PredictionService/Predict"
 
 MLP_CODE = """\
 import os, sys
@@ -392,22 +396,27 @@ def grpc_request(deployment_id: str, batch: np.ndarray) -> Any:
 
 def check_grpc_answers_as_rest(
     bench: Bench, target: str, url: str, deployment_id: str, batch: np.ndarray
-) -> None:
-    """The numbers through PredictionServiceStub are the REST endpoint's (1e-6)."""
+) -> int:
+    """The numbers through PredictionServiceStub are the REST endpoint's (1e-6); the size
+    of the answer's message on the wire (what every answer of the measured calls brings)."""
     import grpc
     import tensorflow as tf
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
+    from tensorflow_serving.apis import predict_pb2
 
+    request = grpc_request(deployment_id, batch)
+    metadata = [("authorization", bench.headers["Authorization"])]
     with grpc.insecure_channel(target) as channel, bench.client(url) as http:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        metadata = [("authorization", bench.headers["Authorization"])]
-        answer = stub.Predict(grpc_request(deployment_id, batch), metadata=metadata, timeout=60)
+        raw = channel.unary_unary(GRPC_PREDICT)(  # bytes in, bytes out: the wire's message
+            request.SerializeToString(), metadata=metadata, timeout=60
+        )
         rest = http.post(
             f"/v1/deployments/{deployment_id}/predictions", json={"instances": batch.tolist()}
         )
         rest.raise_for_status()
+    answer = predict_pb2.PredictResponse.FromString(raw)
     got = tf.make_ndarray(answer.outputs["y"])
     np.testing.assert_allclose(got, np.asarray(rest.json()["predictions"]), rtol=0, atol=1e-6)
+    return len(raw)
 
 
 def through_grpc(
@@ -415,14 +424,17 @@ def through_grpc(
     target: str,
     deployment_id: str,
     batch: np.ndarray,
+    answer_bytes: int,
     concurrency: int,
     seconds: float,
 ) -> Sample:
-    """`concurrency` calls of Predict in flight, each sent again as soon as it is answered."""
+    """`concurrency` calls of Predict in flight, each sent again as soon as it is answered
+    (each answer checked to be a message of `answer_bytes`: `loadgen.hammer_grpc`)."""
     load = hammer_grpc(
         target,
-        "/tensorflow.serving.PredictionService/Predict",
+        GRPC_PREDICT,
         request=grpc_request(deployment_id, batch).SerializeToString(),
+        answer_bytes=answer_bytes,
         metadata=(("authorization", bench.headers["Authorization"]),),
         concurrency=concurrency,
         seconds=seconds,
@@ -442,8 +454,9 @@ def endpoint_vs_in_process(
         batch = rng.uniform(-1, 1, size=(batch_size, model.features)).astype(np.float32)
         local, one, many, over_grpc = [], [], [], []
         target = bench.grpc_targets.get("grpc") if batch_size == 64 else None
+        answer_bytes = 0
         if target is not None:
-            check_grpc_answers_as_rest(bench, target, url, deployment_id, batch)
+            answer_bytes = check_grpc_answers_as_rest(bench, target, url, deployment_id, batch)
         for _ in range(args.repeats):
             local.append(in_process(function, batch, args.seconds))
             one.append(through_endpoint(bench, url, deployment_id, batch, 1, args.seconds))
@@ -461,6 +474,7 @@ def endpoint_vs_in_process(
                             target,
                             deployment_id,
                             batch,
+                            answer_bytes,
                             THROUGHPUT_CONCURRENCY,
                             args.seconds,
                         )
