@@ -1,4 +1,5 @@
-"""A deployment's name is unique per tenant even when two requests ask for it at once.
+"""A deployment's name is unique per tenant (TensorFlow Serving's paths and the gRPC API
+address a model by it), even when two requests ask for it at once.
 
 The name is checked, then the row inserted; another request can insert the same name in
 between. The database's unique index (`uq_deployments_tenant_name`) refuses the second
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +22,7 @@ from service import deployments
 from service.db.models import Deployment
 from service.platform import Platform
 from tests.api.test_deployments import completed_training, saved_models
+from tests.conftest import create_tenant
 
 __all__ = ["saved_models"]
 
@@ -41,21 +43,38 @@ def stale_check(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return missed
 
 
-Deploy = Callable[[str | None], Any]
+class Deploy(Protocol):
+    def __call__(self, name: str | None, headers: dict[str, str] | None = None) -> Any: ...
 
 
 @pytest.fixture
 def deploy(
     client: TestClient, tenant: dict[str, str], platform: Platform, saved_models: dict[str, Path]
 ) -> Deploy:
-    """POST /v1/deployments of a new COMPLETED training, with the name given (or none)."""
+    """POST /v1/deployments of a new COMPLETED training, with the name given (or none), as
+    `tenant` unless other headers are given."""
 
-    def post(name: str | None) -> Any:
-        training_id = completed_training(client, tenant, platform, saved_models["linear"])
+    def post(name: str | None, headers: dict[str, str] | None = None) -> Any:
+        caller = headers or tenant
+        training_id = completed_training(client, caller, platform, saved_models["linear"])
         body = {"training_id": training_id} | ({"name": name} if name else {})
-        return client.post("/v1/deployments", json=body, headers=tenant)
+        return client.post("/v1/deployments", json=body, headers=caller)
 
     return post
+
+
+def test_deployment_names_are_unique_per_tenant(deploy: Deploy, client: TestClient) -> None:
+    first = deploy("scorer")
+    assert first.status_code == 202, first.text
+    taken = deploy("scorer")
+    assert taken.status_code == 409, taken.text
+    assert taken.json()["errors"][0]["field"] == "/name"
+    assert "scorer" in taken.json()["detail"]
+    # Another tenant may use the name; a default name (the training's) is made unique.
+    r = deploy("scorer", create_tenant(client, "other"))
+    assert r.status_code == 202, r.text
+    names = [deploy(None).json()["name"] for _ in range(2)]
+    assert names[1] == f"{names[0]}-2"
 
 
 def names(platform: Platform) -> list[str]:

@@ -485,31 +485,6 @@ def test_tensorflow_serving_rest_paths_answer_its_documents(
     assert r.headers["content-type"] == "application/problem+json"
 
 
-def test_deployment_names_are_unique_per_tenant(
-    client: TestClient, tenant: dict[str, str], platform: Platform, saved_models: dict[str, Path]
-) -> None:
-    def create(name: str | None) -> Any:
-        training_id = completed_training(client, tenant, platform, saved_models["linear"])
-        body = {"training_id": training_id} | ({"name": name} if name else {})
-        return client.post("/v1/deployments", json=body, headers=tenant)
-
-    first = create("scorer")
-    assert first.status_code == 202, first.text
-    taken = create("scorer")
-    assert taken.status_code == 409, taken.text
-    assert taken.json()["errors"][0]["field"] == "/name"
-    assert "scorer" in taken.json()["detail"]
-    # Another tenant may use the name; a default name (the training's) is made unique.
-    other = create_tenant(client, "other")
-    training_id = completed_training(client, other, platform, saved_models["linear"])
-    r = client.post(
-        "/v1/deployments", json={"training_id": training_id, "name": "scorer"}, headers=other
-    )
-    assert r.status_code == 202, r.text
-    names = [create(None).json()["name"] for _ in range(2)]
-    assert names[1] == f"{names[0]}-2"
-
-
 def test_the_api_forwards_tensorflow_servings_paths_to_the_scoring_service(
     settings: Settings,
 ) -> None:
