@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.common import ROOT, Row, median
 from service import runtimes
+from tests.mpirun import mpirun
 
 RUNTIME = "ddl-tf2.14"
 SCRIPT = ROOT / "benchmarks" / "ranks" / "allreduce_busbw.py"
@@ -32,27 +32,13 @@ def runtimes_dir() -> Path:
 def measure(
     runtime: runtimes.RuntimeInfo, ranks: int, tensors: int, rounds: int
 ) -> dict[str, float]:
-    bindir = Path(runtime.python).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OMPI_", "HOROVOD_"))}
-    env.update({"PATH": f"{bindir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"})
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    done = subprocess.run(
-        [
-            str(bindir / "mpirun"),
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            str(ranks),
-            runtime.python,
-            str(SCRIPT),
-            *("--bytes", str(MIB_64), "--tensors", str(tensors), "--rounds", str(rounds)),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    done = mpirun(
+        runtime,
+        ranks,
+        SCRIPT,
+        *("--bytes", str(MIB_64), "--tensors", str(tensors), "--rounds", str(rounds)),
         timeout=600,
-        env=env,
-        cwd="/",
+        env={"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")},
     )
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]

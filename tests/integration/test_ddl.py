@@ -7,7 +7,6 @@ through the platform, deployed and scored."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import yaml
 from service.runtimes import RuntimeInfo
 from tests.integration.platform_harness import EXAMPLES, ROOT, LivePlatform, live_platform
 from tests.integration.test_train_deploy_predict import deploy
+from tests.mpirun import mpirun
 from worker.backends.local import LocalBackend
 
 pytestmark = pytest.mark.integration
@@ -97,26 +97,7 @@ def test_a_single_process_without_mpirun_is_rank_0_of_1(
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_collectives_equal_numpy_references(ddl_runtime: RuntimeInfo, ranks: int) -> None:
-    bindir = Path(ddl_runtime.python).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OMPI_", "HOROVOD_"))}
-    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
-    done = subprocess.run(
-        [
-            str(bindir / "mpirun"),
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            str(ranks),
-            ddl_runtime.python,
-            str(CHECK),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env=env,
-        cwd="/",
-    )
+    done = mpirun(ddl_runtime, ranks, CHECK, timeout=120)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     for rank in range(ranks):

@@ -9,7 +9,6 @@ the open DDL for PyTorch is checked against numpy under mpirun (ddl_ranks/check_
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -23,10 +22,12 @@ from service.runtimes import RuntimeInfo
 from tests.integration.platform_harness import EXAMPLES, LivePlatform, live_platform
 from tests.integration.test_retries import kill_learner, wait_for_log
 from tests.integration.test_training_lifecycle import cluster_settings, wait_no_processes
+from tests.mpirun import mpirun
 
 pytestmark = pytest.mark.integration
 
 CHECK = Path(__file__).parent / "ddl_ranks" / "check_ddl_torch.py"
+FAILING = Path(__file__).parent / "ddl_ranks" / "failing_rank_torch.py"
 DDP = EXAMPLES / "pytorch-ddp"
 DDL = EXAMPLES / "pytorch-ddl"
 ENDED = {"COMPLETED", "FAILED", "HALTED"}
@@ -71,26 +72,7 @@ def test_the_ddl_for_pytorch_equals_numpy_references(
     all_reduce_n (sum, avg, mixed dtypes and shapes, the MPI baseline, `check` passing on a
     right result and catching a wrong one on rank 0 alone), bcast, broadcast_parameters,
     DistributedOptimizer."""
-    bindir = Path(pytorch_runtime.python).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OMPI_"))}
-    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
-    done = subprocess.run(
-        [
-            str(bindir / "mpirun"),
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-np",
-            str(ranks),
-            pytorch_runtime.python,
-            str(CHECK),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env=env,
-        cwd="/",
-    )
+    done = mpirun(pytorch_runtime, ranks, CHECK)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     for rank in range(ranks):
@@ -98,11 +80,30 @@ def test_the_ddl_for_pytorch_equals_numpy_references(
         # ddl's exit handler destroyed the process group: a Gloo thread still holding a
         # collective's tensors while the interpreter finalized aborted the process (134).
         assert f"rank={rank} at exit the process group is initialized: False" in out, out
+    # ...and only once every rank had finished: rank 0 stays a second after its work, and
+    # no rank closed its connections before it left.
+    left = float(re.search(r"rank=0 leaves at ([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    destroyed = [float(t) for t in re.findall(r"destroyed its process group at ([\d.]+)", out)]
+    assert len(destroyed) == ranks and min(destroyed) >= left, (left, destroyed)
     assert out.count("detected: all_reduce_n differs from MPI_Allreduce") == 1, out[-4000:]
     assert "rank=0 detected" in out
     seen = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert sorted(s["rank"] for s in seen) == list(range(ranks))
     assert {(s["size"], s["local_size"], s["backend"]) for s in seen} == {(ranks, ranks, "gloo")}
+
+
+def test_a_failing_rank_does_not_wait_for_the_others_at_exit(
+    pytorch_runtime: RuntimeInfo,
+) -> None:
+    """ddl's exit waits for every rank (at most DDL_EXIT_WAIT_SECONDS, 60 s) before it
+    destroys the process group, except on a rank that is failing: rank 1 raises while rank
+    0 waits in a collective for it, and the job ends at once, not a minute later."""
+    started = time.monotonic()
+    done = mpirun(pytorch_runtime, 2, FAILING, timeout=120)
+    took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "RuntimeError: rank 1 fails" in out, out[-4000:]
+    assert took < 30, (took, out[-4000:])
 
 
 def test_without_mpirun_the_ddl_for_pytorch_is_rank_0_of_1(
@@ -217,7 +218,9 @@ def test_a_pytorch_ddl_training_agrees_with_mpi(live: LivePlatform) -> None:
     t = live.submit(manifest("pytorch-ddl", "python train.py --epochs 3 --check 1e-6"), DDL)
     done = live.wait_for(t["id"], ENDED, timeout=600)
     log = live.logs(t["id"])
-    assert done["status"] == "COMPLETED", (done, log[-4000:])
+    if done["status"] != "COMPLETED":
+        # A plain message, printed whole: an assertion's repr of the log is cut short.
+        pytest.fail(f"{done['status']}: {done.get('status_message')}\n{log[-12000:]}")
     for rank in (0, 1):
         assert f"rank={rank} all_reduce_n agrees with MPI_Allreduce (check=1e-06)" in log
     found = digests(log)

@@ -8,15 +8,21 @@ from __future__ import annotations
 import atexit
 import json
 import sys
+import time
+
+# Rank 0 stays this long after its work, as a rank 0 exporting the model does.
+RANK_0_STAYS = 1.0
 
 
 def _after_ddl_exits() -> None:
     """Registered before `import ddl`, so it runs after ddl's exit handler (atexit runs
     them last in, first out): the process group is gone before the interpreter finalizes,
-    so no Gloo thread is left to touch it."""
+    so no Gloo thread is left to touch it, and no rank destroyed it before every rank had
+    finished (rank 0 leaves last)."""
     import torch.distributed as dist
 
     print(f"rank={R} at exit the process group is initialized: {dist.is_initialized()}")
+    print(f"rank={R} destroyed its process group at {time.time():.6f}", flush=True)
 
 
 atexit.register(_after_ddl_exits)
@@ -138,4 +144,7 @@ print(
     flush=True,
 )
 print(f"rank={R} ok", flush=True)
+if R == 0:
+    time.sleep(RANK_0_STAYS)
+    print(f"rank=0 leaves at {time.time():.6f}", flush=True)
 sys.exit(0)

@@ -19,8 +19,9 @@ GPU: the GPU of its local rank, as DDL's Init assigns `local_gpuid`).
 Functions, as DDL names them: `rank()`, `size()`, `local_rank()`, `local_size()`,
 `bcast(tensor)` (from rank 0), `broadcast_parameters(module)` (parameters and buffers),
 `all_reduce_n(tensors, op="avg"|"sum", mpi=False, check=0.0)` (DDL's AllReduceN: every
-tensor in one grouped call), and `DistributedOptimizer` (a torch.optim optimizer whose
-step() averages the gradients first).
+tensor in one grouped call), `DistributedOptimizer` (a torch.optim optimizer whose
+step() averages the gradients first) and `finalize()` (DDL's Finalize: the ranks leave the
+process group together; run at exit).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import ctypes
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -41,6 +43,7 @@ __all__ = [
     "backend",
     "bcast",
     "broadcast_parameters",
+    "finalize",
     "local_gpuid",
     "local_rank",
     "local_size",
@@ -60,6 +63,13 @@ def _load_the_environments_mpi() -> None:
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
     except ValueError:
         return default
 
@@ -107,19 +117,56 @@ if not dist.is_initialized():
     )
 
 
-def _shut_down() -> None:
-    """Stop the process group's threads while the interpreter still runs (DDL's Finalize).
-
-    A Gloo thread lets go of a finished collective's tensors a moment after the caller has
-    them; if the interpreter is finalizing by then, the thread cannot take the GIL to
-    release them, is unwound from C++ and the process aborts (exit 134) after the program
-    succeeded. Registered after mpi4py's own exit handler, so it runs before MPI is
-    finalized."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+# A rank that fails stops waiting for the others at once (see finalize).
+_FAILING = False
+_previous_excepthook = sys.excepthook
 
 
-atexit.register(_shut_down)
+def _note_failure(kind: Any, value: Any, tb: Any) -> None:
+    global _FAILING
+    _FAILING = True
+    _previous_excepthook(kind, value, tb)
+
+
+sys.excepthook = _note_failure
+
+
+def _every_rank_arrives(seconds: float) -> bool:
+    """Wait until every rank has called this (a non-blocking MPI barrier, polled), for at
+    most `seconds`; whether they all did."""
+    request = _COMM.Ibarrier()
+    deadline = time.monotonic() + seconds
+    pause = 0.001
+    while not request.Test():
+        if time.monotonic() >= deadline:
+            return False  # the barrier completes in the background once the others arrive
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return True
+
+
+def finalize() -> None:
+    """Leave the process group together (DDL's Finalize; run at exit, may be called
+    before). Every rank waits for the others to finish their work (at most
+    DDL_EXIT_WAIT_SECONDS, default 60) and only then destroys its process group, while
+    the interpreter still runs.
+
+    Destroying at exit stops the group's threads before the interpreter finalizes: a Gloo
+    thread that let go of a collective's tensors then could not take the GIL and aborted
+    the process (exit 134) after the program succeeded. Waiting first means no rank closes
+    its connections while another still works (rank 0 exporting the model, say) or still
+    has a collective in flight. A rank that is failing (an uncaught exception) does not
+    wait: mpirun ends the others when it exits."""
+    if not dist.is_initialized():
+        return
+    if not _FAILING:
+        _every_rank_arrives(_env_float("DDL_EXIT_WAIT_SECONDS", 60.0))
+    dist.destroy_process_group()
+
+
+# After mpi4py's own finalization (Py_AtExit, once the interpreter is gone): MPI still
+# runs when it is called.
+atexit.register(finalize)
 
 _OPS = ("sum", "avg")
 
