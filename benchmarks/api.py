@@ -45,6 +45,7 @@ from benchmarks.common import (
     zip_code,
 )
 from benchmarks.loadgen import hammer
+from service.http.server import UVICORN_FLAGS
 
 PG_SERVER = os.environ.get("DLAAS_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432")
 BARE_APP = """
@@ -64,7 +65,7 @@ def bare_server() -> tuple[str, subprocess.Popen[bytes], Path]:
     port = free_port()
     proc = subprocess.Popen(
         # `dlaas up`'s settings: uvicorn's defaults (uvloop, httptools), log level info,
-        # no access log.
+        # no access log, no proxy headers.
         [
             str(BIN / "uvicorn"),
             f"{path.stem}:app",
@@ -73,6 +74,7 @@ def bare_server() -> tuple[str, subprocess.Popen[bytes], Path]:
             "--log-level",
             "info",
             "--no-access-log",
+            *UVICORN_FLAGS,
         ],
         cwd=path.parent,
         stdout=subprocess.DEVNULL,

@@ -67,6 +67,7 @@ from benchmarks.common import (
     zip_code,
 )
 from benchmarks.loadgen import hammer, hammer_grpc
+from service.http.server import UVICORN_FLAGS
 
 ADMIN = "bench-admin"
 BATCHING_CONCURRENCY = 8
@@ -179,7 +180,7 @@ class Bench:
             [
                 "-m", "uvicorn", "--factory", "service.api.app:create_app",
                 "--host", "127.0.0.1", "--port", str(port),
-                "--log-level", "warning", "--no-access-log",
+                "--log-level", "warning", "--no-access-log", *UVICORN_FLAGS,
             ],
             **settings,
         )  # fmt: skip

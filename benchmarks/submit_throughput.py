@@ -54,6 +54,7 @@ from benchmarks.common import (
     zip_code,
 )
 from benchmarks.loadgen import Load, hammer
+from service.http.server import UVICORN_FLAGS
 from tests.s3_server import moto_server
 
 ACCESS_KEY, SECRET_KEY = "AKIA-BENCH", "bench-secret"
@@ -139,6 +140,7 @@ def bare_server(s3: str) -> Iterator[str]:
             "--log-level",
             "info",
             "--no-access-log",
+            *UVICORN_FLAGS,
         ],
         cwd=path.parent,
         env=env,

@@ -88,6 +88,7 @@ def serve(
     import uvicorn
 
     from service.api.app import create_app
+    from service.http.server import server_config
     from worker.monitor import Monitor
 
     if threading.current_thread() is not threading.main_thread():
@@ -135,14 +136,7 @@ def serve(
         daemon=True,
     )
     app = create_app(platform=platform)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level="info",
-            access_log=False,
-            timeout_graceful_shutdown=3,
-        )
-    )
+    server = uvicorn.Server(server_config(app, log_level="info", timeout_graceful_shutdown=3))
     # server.run: on uvicorn's own event loop (uvloop where installed), as `uvicorn` serves.
     api = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="dlaas-api", daemon=True

@@ -21,6 +21,7 @@ from service.api.deps import LoopReads
 from service.api.training_views import TrainingViews
 from service.http import health
 from service.http.app import install_common, operation_id
+from service.http.server import NO_FRAMEWORK_TELEMETRY
 from service.memory import settled
 from service.platform import Platform
 from service.scoring import predictions, tfs_rest
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None, platform: Platform | None = Non
         summary="Distributed deep-learning training as a service.",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        telemetry=NO_FRAMEWORK_TELEMETRY,
     )
     app.state.log_followers = logs.LogFollowers(platform.settings.max_log_followers_per_tenant)
     install_common(

@@ -6,6 +6,7 @@ import argparse
 
 import uvicorn
 
+from service.http.server import server_config
 from service.scoring.app import create_scoring_app
 
 
@@ -15,13 +16,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    uvicorn.run(
-        create_scoring_app(),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        access_log=False,
+    config = server_config(
+        create_scoring_app(), host=args.host, port=args.port, log_level=args.log_level
     )
+    uvicorn.Server(config).run()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from service.http import health
 from service.http.app import install_common, operation_id
+from service.http.server import NO_FRAMEWORK_TELEMETRY
 from service.memory import settled
 from service.platform import Platform
 from service.scoring import predictions, tfs_rest
@@ -40,6 +41,7 @@ def create_scoring_app(
         summary="Predictions of deployed TensorFlow models.",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        telemetry=NO_FRAMEWORK_TELEMETRY,
     )
     install_common(
         app,

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.http.server import UVICORN_FLAGS
 from tests.conftest import ADMIN_KEY, CODE_ZIP, manifest_yaml
 
 pytestmark = pytest.mark.integration
@@ -67,6 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         [
             *(sys.executable, "-m", "uvicorn", "--factory", "service.api.app:create_app"),
             *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
+            *UVICORN_FLAGS,
         ],
         env=env,
         cwd=home,

@@ -33,6 +33,7 @@ from fastapi.testclient import TestClient
 
 from service import runtimes
 from service.api.app import create_app
+from service.http.server import UVICORN_FLAGS
 from service.platform import Platform
 from service.settings import Settings
 from worker.backends import make_backend
@@ -418,6 +419,7 @@ class ProcessPlatform:
                 str(self.port),
                 "--log-level",
                 "warning",
+                *UVICORN_FLAGS,
             ]
         return [sys.executable, "-m", {"worker": "worker", "monitor": "worker.monitor"}[kind]]
 

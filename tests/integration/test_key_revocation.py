@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.http.server import UVICORN_FLAGS
 from tests.conftest import ADMIN_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,7 @@ def start_api(tmp_path: Path) -> Iterator[Start]:
                     "--port",
                     str(port),
                     "--no-access-log",
+                    *UVICORN_FLAGS,
                 ],
                 env=env,
                 cwd=ROOT,

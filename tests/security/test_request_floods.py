@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -142,6 +143,37 @@ def test_bad_key_floods_get_the_address_budget(
     assert answers.get(401, 0) <= FAILURES_PER_MINUTE
     assert answers.get(429, 0) > 0
     assert_within_bound(alone, during)
+
+
+def test_a_forwarded_address_is_no_new_budget(platform: Platform) -> None:
+    """Bad keys that each name another client in X-Forwarded-For (and X-Real-IP) still
+    come from this connection's address, and spend its budget: uvicorn took the address
+    from the header for a connection from 127.0.0.1 unless told not to (every entry point
+    serves through service.http.server)."""
+    sent = FAILURES_PER_MINUTE + 20
+
+    def forged(i: int) -> int:
+        origin = f"203.0.113.{i + 1}"  # TEST-NET-3: only ever a header's text
+        headers = {
+            "Authorization": "Bearer forged-origin",
+            "X-Forwarded-For": origin,
+            "X-Real-IP": origin,
+        }
+        return client.get("/v1/trainings", headers=headers).status_code
+
+    started = time.monotonic()
+    limits = httpx.Limits(max_connections=25)
+    with (
+        httpx.Client(base_url=platform.url, limits=limits) as client,
+        ThreadPoolExecutor(25) as pool,
+    ):
+        codes = list(pool.map(forged, range(sent)))
+    elapsed = time.monotonic() - started
+    answers = {code: codes.count(code) for code in set(codes)}
+    assert set(answers) <= {401, 429}, answers
+    # The address's budget, and what it earned back while the test ran.
+    assert answers.get(401, 0) <= FAILURES_PER_MINUTE * (1 + elapsed / 60) + 1, answers
+    assert answers.get(429, 0) > 0, answers
 
 
 @pytest.mark.parametrize(
