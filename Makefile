@@ -16,6 +16,7 @@ CHROMIUM ?= /usr/bin/chromium
 # runs in `make test`): Debian's nghttp2-client, installed by `make test` and `make bench`
 # if missing.
 H2LOAD ?= /usr/bin/h2load
+GRPC_FRONT := $(BIN)/dlaas-grpc-front
 
 .PHONY: help install ui-assets browser lint test test-fast chaos run quickstart schema bench clean
 
@@ -41,7 +42,16 @@ $(INSTALLED): pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet --no-deps "$(TF_SERVING_API)"
 	touch $@
 
-install: $(VENV)/.libseccomp $(INSTALLED) ui-assets
+install: $(VENV)/.libseccomp $(INSTALLED) ui-assets $(GRPC_FRONT)
+
+# The scoring gRPC port's transport outside Python (service/scoring/grpc_front.py), built
+# beside the venv's Python against Debian's gRPC (libgrpc++-dev, installed if missing).
+# Where it is not built (`make quickstart` builds nothing), grpcio's server carries the port.
+$(GRPC_FRONT): native/grpc_front/front.cc native/grpc_front/build | $(BIN)/activate
+	@pkg-config --exists grpc++ 2>/dev/null || { \
+		echo "Installing Debian's libgrpc++-dev (apt-get), for the scoring gRPC front"; \
+		apt-get update && apt-get install -y --no-install-recommends libgrpc++-dev pkg-config; }
+	native/grpc_front/build $@
 
 # The sandbox's seccomp filter is compiled by the system's libseccomp (pyseccomp binds it);
 # Debian's apt depends on it, so it is nearly always there. Without it the local tenant's

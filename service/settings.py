@@ -301,6 +301,13 @@ class Settings(BaseSettings):
         "process, or `python -m service.scoring`); 0: a port the system chooses (logged); "
         "unset: no gRPC API.",
     )
+    scoring_grpc_front: Literal["auto", "native", "python"] = Field(
+        default="auto",
+        description="What serves the scoring gRPC port's transport: `native`, the "
+        "dlaas-grpc-front program `make install` builds (HTTP/2 outside Python; every check "
+        "and answer stays in this process); `python`, grpcio's asyncio server in this "
+        "process; `auto`, native where the program is installed, else python.",
+    )
     scoring_grpc_host: str = Field(
         default="127.0.0.1",
         description="The address the scoring gRPC API listens on (0.0.0.0 or [::] for every "

@@ -67,6 +67,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     yield url
 
 
+@pytest.fixture(params=["native", "python"])
+def grpc_front(request: pytest.FixtureRequest) -> str:
+    """Each transport of the scoring gRPC port (DLAAS_SCORING_GRPC_FRONT): the native
+    front `make install` builds, and grpcio's server."""
+    front: str = request.param
+    return front
+
+
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(

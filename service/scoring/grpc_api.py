@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -68,6 +68,13 @@ _RESPONSES = {
 Handler = Callable[[Any, aio.ServicerContext], Awaitable[Any]]
 
 
+class Method(NamedTuple):
+    """One unary method: the handler of its request's bytes, and its answer's serializer."""
+
+    handle: Callable[[bytes, aio.ServicerContext], Awaitable[Any]]
+    serialize: Callable[[Any], bytes]
+
+
 class PredictionService:
     """The handlers of `tensorflow.serving.PredictionService` and `.ModelService` over one
     ScoringService: each parses its request (so a malformed one is INVALID_ARGUMENT
@@ -89,7 +96,20 @@ class PredictionService:
             "MultiInference": inference.multi_inference,
         }
 
-    def _method(self, name: str, request_message: str) -> grpc.RpcMethodHandler:
+    def unary_methods(self) -> dict[str, Method]:
+        """Every method by its path (`/tensorflow.serving.PredictionService/Predict`): its
+        handler of the request's bytes, which parses them, calls the method and ends a
+        refused call with its status, and its answer's serializer."""
+        return {
+            f"/{service}/{name}": self._method(name, request)
+            for service, methods in (
+                (SERVICE, _PREDICTION_METHODS),
+                (MODEL_SERVICE, _MODEL_METHODS),
+            )
+            for name, request in methods.items()
+        }
+
+    def _method(self, name: str, request_message: str) -> Method:
         message = getattr(self.messages, request_message)
         call = self._calls[name]
 
@@ -97,21 +117,22 @@ class PredictionService:
             try:
                 return await call(_parse(message, body), context)
             except BaseException as e:
-                await _refuse(context, e)
+                await refuse(context, e)
                 raise
 
-        serializer = getattr(self.messages, _RESPONSES[name]).SerializeToString
-        return grpc.unary_unary_rpc_method_handler(handle, response_serializer=serializer)
+        return Method(handle, getattr(self.messages, _RESPONSES[name]).SerializeToString)
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
+        """The methods as grpc.aio's handlers, one generic handler per service."""
+        by_service: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+        for path, method in self.unary_methods().items():
+            service, _, name = path[1:].partition("/")
+            by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(
+                method.handle, response_serializer=method.serialize
+            )
         return [
-            grpc.method_handlers_generic_handler(
-                service, {name: self._method(name, request) for name, request in methods.items()}
-            )
-            for service, methods in (
-                (SERVICE, _PREDICTION_METHODS),
-                (MODEL_SERVICE, _MODEL_METHODS),
-            )
+            grpc.method_handlers_generic_handler(service, methods)
+            for service, methods in by_service.items()
         ]
 
 
@@ -122,7 +143,7 @@ def _parse(message: Any, body: bytes) -> Any:
         raise InvalidPayload("body", f"is not a {message.DESCRIPTOR.name} ({e})") from e
 
 
-async def _refuse(context: aio.ServicerContext, error: BaseException) -> None:
+async def refuse(context: aio.ServicerContext, error: BaseException) -> None:
     """End the call with the gRPC status of `error` (returns only for errors that are not
     a refusal: cancellation, the abort itself)."""
     if isinstance(error, DATABASE_UNAVAILABLE):
@@ -135,8 +156,8 @@ async def _refuse(context: aio.ServicerContext, error: BaseException) -> None:
         await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the scoring log")
 
 
-async def start_server(
-    scoring: ScoringService, settings: Settings, callers: CallerCheck
+async def start_grpcio_server(
+    service: PredictionService, settings: Settings, callers: CallerCheck
 ) -> tuple[aio.Server, int]:
     """The gRPC server on DLAAS_SCORING_GRPC_HOST:DLAAS_SCORING_GRPC_PORT, started on this
     event loop; the port it listens on (the one the system chose for port 0). Each call's
@@ -144,9 +165,8 @@ async def start_server(
     message larger than DLAAS_MAX_PREDICTION_BYTES is refused (RESOURCE_EXHAUSTED) by the
     server before it is parsed."""
     assert settings.scoring_grpc_port is not None
-    service = PredictionService(scoring, max_bytes=settings.max_prediction_bytes)
     server = aio.server(
-        interceptors=[CallerGate(callers, _refuse)],
+        interceptors=[CallerGate(callers, refuse)],
         options=[
             ("grpc.max_receive_message_length", settings.max_prediction_bytes),
             ("grpc.max_send_message_length", -1),

@@ -209,7 +209,7 @@ async def serving(app: FastAPI, platform: Platform, *, local: bool = False) -> A
     grpc_server = None
     try:
         if platform.settings.scoring_grpc_port is not None:
-            from service.scoring.grpc_api import start_server
+            from service.scoring.grpc_server import start_server
 
             callers = CallerCheck(platform, app.state.request_rates)
             grpc_server, app.state.grpc_port = await start_server(

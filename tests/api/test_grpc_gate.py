@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.platform import Platform
-from service.scoring import grpc_api
+from service.scoring import grpc_api, grpc_front
 from service.scoring.grpc_gate import peer_host
 from service.settings import Settings
 from tests.conftest import create_tenant
@@ -58,9 +58,25 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def served(settings: Settings) -> Iterator[Served]:
+def received(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the messages the native front handed to this process."""
+    sizes: list[int] = []
+    arrived = grpc_front.FrontProtocol._received
+
+    def counting(self: grpc_front.FrontProtocol, kind: int, call: int, payload: bytes) -> None:
+        if kind == grpc_front.MESSAGE:
+            sizes.append(len(payload))
+        arrived(self, kind, call, payload)
+
+    monkeypatch.setattr(grpc_front.FrontProtocol, "_received", counting)
+    return sizes
+
+
+@pytest.fixture
+def served(settings: Settings, grpc_front: str) -> Iterator[Served]:
     update = {
         "scoring_grpc_port": 0,
+        "scoring_grpc_front": grpc_front,
         "auth_failures_per_minute": BUDGET,
         "rate_limit_pause_seconds": 0,
     }
@@ -92,6 +108,26 @@ def test_an_unauthenticated_31_mib_call_is_refused_unparsed(
         error = served.call(PREDICT, body, key)
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED, error.details()
     assert parsed == []
+
+
+@pytest.mark.parametrize("grpc_front", ["native"], indirect=True)
+def test_the_native_front_reads_no_message_before_the_check(
+    served: Served, received: list[int], parsed: list[int]
+) -> None:
+    """The front holds a call's message unread until this process has checked the
+    caller: a stranger's 31 MiB, or a known tenant's over its rate, never leaves it."""
+    body = b"\x00" * (31 * MIB)
+    for key in (None, "not-a-key"):
+        error = served.call(PREDICT, body, key)
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED, error.details()
+    noisy = create_tenant(served.client, "noisy", "lite")["Authorization"].removeprefix("Bearer ")
+    for _ in range(BURST):
+        error = served.call(METADATA, b"\x0a\x05\x0a\x03abc", noisy)
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    error = served.call(PREDICT, body, noisy)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert received == [7] * BURST
+    assert parsed == [7] * BURST
 
 
 def test_a_known_key_is_parsed_and_answered(served: Served, parsed: list[int]) -> None:

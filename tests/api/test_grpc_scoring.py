@@ -45,8 +45,9 @@ class Grpc:
 
 
 @pytest.fixture
-def served(settings: Settings) -> Iterator[Grpc]:
-    platform = Platform.from_settings(settings.model_copy(update={"scoring_grpc_port": 0}))
+def served(settings: Settings, grpc_front: str) -> Iterator[Grpc]:
+    update = {"scoring_grpc_port": 0, "scoring_grpc_front": grpc_front}
+    platform = Platform.from_settings(settings.model_copy(update=update))
     try:
         with TestClient(create_app(platform=platform), raise_server_exceptions=False) as client:
             grpc_api = Grpc(client, platform, client.app.state.grpc_port)  # type: ignore[attr-defined]

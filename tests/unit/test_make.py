@@ -22,6 +22,13 @@ SERVING_API = "install --quiet --no-deps tensorflow-serving-api==2.21.*"
 needs_make = pytest.mark.skipif(MAKE is None, reason="no make on this machine")
 
 
+def copy_inputs(to: Path) -> None:
+    """What the Makefile's targets are made from."""
+    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
+        shutil.copy(ROOT / name, to / name)
+    shutil.copytree(ROOT / "native", to / "native")
+
+
 def make(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert MAKE is not None
     return subprocess.run(
@@ -39,8 +46,7 @@ def make(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def checkout(tmp_path: Path) -> Path:
     """The Makefile and pyproject.toml beside a virtualenv whose pip only records its
     arguments (one line per call): the Makefile's own logic, nothing installed."""
-    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
-        shutil.copy(ROOT / name, tmp_path / name)
+    copy_inputs(tmp_path)
     # The front-end libraries installed and the browser there (their own targets).
     (tmp_path / "node_modules").mkdir()
     (tmp_path / "node_modules" / ".installed").write_text("")
@@ -51,6 +57,10 @@ def checkout(tmp_path: Path) -> Path:
     pip = bin_dir / "pip"
     pip.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "pip-calls"}\n')
     pip.chmod(pip.stat().st_mode | stat.S_IXUSR)
+    # The gRPC front's build script: it only records its calls.
+    build = tmp_path / "native" / "grpc_front" / "build"
+    build.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "build-calls"}\ntouch "$1"\n')
+    build.chmod(build.stat().st_mode | stat.S_IXUSR)
     return tmp_path
 
 
@@ -64,10 +74,12 @@ def test_a_second_install_does_nothing_until_pyproject_changes(checkout: Path) -
     first = make(checkout, "install")
     assert first.returncode == 0, first.stderr
     assert pip_calls(checkout) == ["install --quiet -e .[dev,mpi,tensorflow,onnx]", SERVING_API]
+    assert (checkout / "build-calls").read_text() == ".venv/bin/dlaas-grpc-front\n"
 
     second = make(checkout, "install")
     assert second.returncode == 0, second.stderr
     assert "pip" not in second.stdout and len(pip_calls(checkout)) == 2
+    assert (checkout / "build-calls").read_text().count("\n") == 1  # not built again
     assert make(checkout, "-q", "install").returncode == 0  # up to date
     dry = make(checkout, "-n", "run")
     assert "pip install" not in dry.stdout
@@ -158,8 +170,7 @@ def test_the_editable_install_builds_without_a_warning(tmp_path: Path) -> None:
 def test_quickstart_installs_nothing_outside_the_venv(tmp_path: Path) -> None:
     """On a fresh clone (no stamp, no .venv, no node_modules) of a machine without Chromium:
     `make quickstart` would run pip into .venv and the journey, and no apt-get, no npm."""
-    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
-        shutil.copy(ROOT / name, tmp_path / name)
+    copy_inputs(tmp_path)
     dry = make(tmp_path, "-n", "quickstart")  # CHROMIUM: a path that does not exist here
     assert dry.returncode == 0, dry.stderr
     assert not (tmp_path / "chromium").exists()
@@ -174,8 +185,7 @@ def test_quickstart_installs_nothing_outside_the_venv(tmp_path: Path) -> None:
 
 @needs_make
 def test_make_test_installs_the_browser_and_says_so_first(tmp_path: Path) -> None:
-    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
-        shutil.copy(ROOT / name, tmp_path / name)
+    copy_inputs(tmp_path)
     lines = make(tmp_path, "-n", "test").stdout.splitlines()
     install = lines.index("apt-get update && apt-get install -y chromium")
     assert "Installing Debian's Chromium" in lines[install - 1]

@@ -1,0 +1,273 @@
+"""The native front of the scoring gRPC port (service/scoring/grpc_front.py and
+native/grpc_front/front.cc), with stand-in methods and caller check: each answer reaches
+its own caller, a call the client abandons is cancelled here, an unknown method is refused
+before the caller is checked, `stop` lets the calls under way end, a front that exits is
+started again on its port, and the front never outlives the process that started it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import grpc
+import pytest
+from grpc import aio
+
+from service.errors import Unauthorized
+from service.http.limits import CallerCheck
+from service.scoring import grpc_front
+from service.scoring.grpc_api import Method
+from service.scoring.grpc_server import front_to_use
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+ECHO = "/test.Echo/Echo"
+SLOW = "/test.Echo/Slow"
+
+
+class Callers:
+    """Stand-in for CallerCheck: `Bearer good` passes, anything else is Unauthorized."""
+
+    def __init__(self) -> None:
+        self.checked: list[tuple[str, str]] = []
+
+    async def check(self, key: Callable[[], str], host: str) -> None:
+        self.checked.append((key(), host))
+        if self.checked[-1][0] != "good":
+            raise Unauthorized("bad key")
+
+
+class Methods:
+    def __init__(self, methods: dict[str, Method]) -> None:
+        self.methods = methods
+
+    def unary_methods(self) -> dict[str, Method]:
+        return self.methods
+
+
+def binary() -> Path:
+    path = grpc_front.front_binary()
+    assert path is not None, "dlaas-grpc-front is not built: run `make install`"
+    return path
+
+
+async def started(
+    methods: dict[str, Method], callers: Callers, port: int = 0
+) -> tuple[grpc_front.FrontServer, int]:
+    settings = Settings(scoring_grpc_port=port)
+    return await grpc_front.start_front(
+        binary(), Methods(methods), settings, cast(CallerCheck, callers)
+    )
+
+
+def handler(
+    fn: Callable[[bytes, Any], Awaitable[bytes]],
+) -> Method:
+    return Method(fn, lambda answer: answer)
+
+
+async def echo(body: bytes, context: Any) -> bytes:
+    await asyncio.sleep((body[0] % 7) / 1000 if body else 0)
+    return body[::-1]
+
+
+GOOD = (("authorization", "Bearer good"),)
+BAD = (("authorization", "Bearer no"),)
+
+
+def test_each_answer_reaches_its_own_caller() -> None:
+    async def main() -> None:
+        callers = Callers()
+        server, port = await started({ECHO: handler(echo)}, callers)
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary(ECHO)
+                bodies = [os.urandom(1 + i * 37) for i in range(200)]
+                answers = await asyncio.gather(
+                    *(call(b, metadata=GOOD, timeout=30) for b in bodies)
+                )
+            assert answers == [b[::-1] for b in bodies]
+            assert len(callers.checked) == 200
+            assert {host for _, host in callers.checked} == {"127.0.0.1"}
+        finally:
+            await server.stop(1)
+
+    asyncio.run(main())
+
+
+def test_refusals_and_unknown_methods() -> None:
+    async def main() -> None:
+        callers = Callers()
+        server, port = await started({ECHO: handler(echo)}, callers)
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                with pytest.raises(aio.AioRpcError) as refused:
+                    await channel.unary_unary(ECHO)(b"x", metadata=BAD)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert refused.value.details() == "bad key"
+                checked = len(callers.checked)
+                with pytest.raises(aio.AioRpcError) as unknown:
+                    await channel.unary_unary("/test.Echo/Nope")(b"x", metadata=GOOD)
+                assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+                assert len(callers.checked) == checked  # refused before any check
+        finally:
+            await server.stop(1)
+
+    asyncio.run(main())
+
+
+def test_a_call_its_client_abandons_is_cancelled_here() -> None:
+    async def main() -> None:
+        cancelled = asyncio.Event()
+
+        async def forever(body: bytes, context: Any) -> bytes:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return b""
+
+        server, port = await started({SLOW: handler(forever)}, Callers())
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                with pytest.raises(aio.AioRpcError) as late:
+                    await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=0.3)
+                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            await asyncio.wait_for(cancelled.wait(), 5)
+            assert server.protocol is not None and server.protocol.calls == {}
+        finally:
+            await server.stop(1)
+
+    asyncio.run(main())
+
+
+def test_stop_lets_the_calls_under_way_end() -> None:
+    async def main() -> None:
+        async def slow(body: bytes, context: Any) -> bytes:
+            await asyncio.sleep(0.5)
+            return body
+
+        server, port = await started({SLOW: handler(slow)}, Callers())
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            under_way = asyncio.ensure_future(
+                channel.unary_unary(SLOW)(b"last", metadata=GOOD, timeout=10)
+            )
+            await asyncio.sleep(0.2)
+            began = time.monotonic()
+            await server.stop(3)
+            assert await under_way == b"last"
+            assert time.monotonic() - began < 3
+        assert server.process is not None and server.process.returncode == 0
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
+
+    asyncio.run(main())
+
+
+def test_a_front_that_exits_is_started_again_on_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(grpc_front, "RESTART_SECONDS", 0.1)
+
+    async def main() -> None:
+        server, port = await started({ECHO: handler(echo)}, Callers())
+        try:
+            assert server.process is not None
+            first = server.process.pid
+            server.process.kill()
+            deadline = time.monotonic() + 10
+            while server.process.pid == first or server.protocol is None:
+                assert time.monotonic() < deadline, "the front was not started again"
+                await asyncio.sleep(0.05)
+            assert server.port == port
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                assert await channel.unary_unary(ECHO)(b"ab", metadata=GOOD, timeout=10) == b"ba"
+        finally:
+            await server.stop(1)
+
+    asyncio.run(main())
+
+
+def test_a_port_in_use_is_a_clear_error() -> None:
+    async def main() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            with pytest.raises(RuntimeError, match="DLAAS_SCORING_GRPC_PORT"):
+                await started({}, Callers(), port=taken.getsockname()[1])
+
+    asyncio.run(main())
+
+
+def test_the_front_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A platform process killed outright (SIGKILL: no shutdown ran) takes its front with
+    it: the front's port is not left open with no one to answer."""
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, sys
+            sys.path.insert(0, {str(ROOT)!r})
+            from tests.api.test_grpc_front import Callers, echo, handler, started, ECHO
+
+            async def main():
+                server, port = await started({{ECHO: handler(echo)}}, Callers())
+                print(server.process.pid, port, flush=True)
+                await asyncio.sleep(3600)
+
+            asyncio.run(main())
+            """
+        )
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        assert parent.stdout is not None
+        pid, port = map(int, parent.stdout.readline().split())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
+            assert time.monotonic() < deadline, "the front outlived its process"
+            time.sleep(0.05)
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        parent.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.parametrize(
+    ("setting", "installed", "chosen"),
+    [
+        ("auto", Path("/x/dlaas-grpc-front"), Path("/x/dlaas-grpc-front")),
+        ("auto", None, None),
+        ("native", Path("/x/dlaas-grpc-front"), Path("/x/dlaas-grpc-front")),
+        ("python", Path("/x/dlaas-grpc-front"), None),
+        ("python", None, None),
+    ],
+)
+def test_which_front(setting: str, installed: Path | None, chosen: Path | None) -> None:
+    assert front_to_use(setting, installed) == chosen
+
+
+def test_native_without_the_program_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="make install"):
+        front_to_use("native", None)
