@@ -7,14 +7,19 @@
 // reads the call's message only once the API process has checked the caller and said
 // PROCEED; then it sends the message's bytes as they came and ends the call with the
 // status, trailing metadata and answer bytes the API process gives. It parses no message
-// and holds no key, table or tenant state.
+// and holds no key, table or tenant state, but one thing: a connection whose last call
+// with some `authorization` passed the API process's check has that value remembered
+// (APPROVED in FINISH), and its next call with the same value is read at once, without
+// waiting for PROCEED (the API process still checks it before using the message); a call
+// that does not pass forgets it. A caller that has never passed is never read unchecked.
 //
 // Frames, both ways: u32 length (of what follows), u8 type, u64 call id, payload; the
 // integers little-endian, a string a u32 length and its bytes.
-//   front -> API: READY (u32 port), FAILED (string), CALL (method, peer, u32 n, n x
-//                 (key, value)), MESSAGE (the bytes), NO_MESSAGE, CANCELLED.
-//   API -> front: PROCEED, FINISH (u32 code, string detail, u32 n, n x (key, value), the
-//                 answer's bytes), STOP (u32 grace in ms).
+//   front -> API: READY (u32 port), FAILED (string), CALL (u32 flags: READING, method,
+//                 peer, u32 n, n x (key, value)), MESSAGE (the bytes), NO_MESSAGE,
+//                 CANCELLED.
+//   API -> front: PROCEED, FINISH (u32 flags: APPROVED, u32 code, string detail, u32 n,
+//                 n x (key, value), the answer's bytes), STOP (u32 grace in ms).
 //
 //   dlaas-grpc-front --fd N --listen HOST:PORT --max-receive BYTES
 //
@@ -55,6 +60,11 @@ enum FrameType : uint8_t {
   kFinish = 11,
   kStop = 12,
 };
+
+constexpr uint32_t kReading = 1;   // CALL: the message is being read already
+constexpr uint32_t kApproved = 1;  // FINISH: the call passed the caller's check
+// Connections remembered at most (forgotten all at once past it).
+constexpr size_t kMaxApproved = 4096;
 
 constexpr size_t kHeader = 4 + 1 + 8;
 // The API process's frames are trusted, but a length past this is a broken stream.
@@ -161,6 +171,8 @@ struct Call {
   grpc::GenericServerContext ctx;
   grpc::GenericServerAsyncReaderWriter stream{&ctx};
   grpc::ByteBuffer message;
+  std::string peer;
+  std::string authorization;
   Tag new_tag{this, Op::kNew};
   Tag read_tag{this, Op::kRead};
   Tag finish_tag{this, Op::kFinish};
@@ -174,6 +186,8 @@ struct Call {
 
 std::mutex g_mu;
 std::unordered_map<uint64_t, Call*> g_calls;  // the calls the API process may answer
+// Peer -> the `authorization` of its last call that passed the check.
+std::unordered_map<std::string, std::string> g_approved;
 uint64_t g_next_id = 1;
 
 grpc::AsyncGenericService g_service;
@@ -218,16 +232,28 @@ void handle(Tag* tag, bool ok, Outbox* out) {
         return;
       }
       await_next_call();
+      call->peer = call->ctx.peer();
+      const auto& metadata = call->ctx.client_metadata();
+      auto auth = metadata.find("authorization");
+      if (auth != metadata.end()) call->authorization.assign(auth->second.data(), auth->second.size());
+      uint32_t flags = 0;
       {
         std::lock_guard<std::mutex> lock(g_mu);
         call->id = g_next_id++;
         call->started = true;
         g_calls[call->id] = call;
+        auto seen = g_approved.find(call->peer);
+        if (!call->authorization.empty() && seen != g_approved.end() &&
+            seen->second == call->authorization) {
+          flags |= kReading;
+          call->pending++;
+          call->stream.Read(&call->message, &call->read_tag);
+        }
       }
       Out frame(kCall, call->id);
+      frame.u32(flags);
       frame.str(call->ctx.method());
-      frame.str(call->ctx.peer());
-      const auto& metadata = call->ctx.client_metadata();
+      frame.str(call->peer);
       frame.u32(static_cast<uint32_t>(metadata.size()));
       for (const auto& [key, value] : metadata) {
         frame.str(key.data(), key.size());
@@ -319,9 +345,9 @@ void proceed(uint64_t id) {
 }
 
 bool finish(uint64_t id, In* in) {
-  uint32_t code, n;
+  uint32_t flags, code, n;
   std::string detail;
-  if (!in->u32(&code) || !in->str(&detail) || !in->u32(&n)) return false;
+  if (!in->u32(&flags) || !in->u32(&code) || !in->str(&detail) || !in->u32(&n)) return false;
   std::vector<std::pair<std::string, std::string>> trailing;
   for (uint32_t i = 0; i < n; ++i) {
     std::string key, value;
@@ -333,6 +359,12 @@ bool finish(uint64_t id, In* in) {
   auto it = g_calls.find(id);
   if (it == g_calls.end()) return true;
   Call* call = it->second;
+  if ((flags & kApproved) && !call->authorization.empty()) {
+    if (g_approved.size() >= kMaxApproved) g_approved.clear();
+    g_approved[call->peer] = call->authorization;
+  } else {
+    g_approved.erase(call->peer);
+  }
   if (call->done || call->finishing) return true;
   call->finishing = true;
   for (auto& [key, value] : trailing) call->ctx.AddTrailingMetadata(key, value);

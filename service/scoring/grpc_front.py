@@ -3,14 +3,20 @@ transport outside Python: grpcio's own server spent about as much CPU on a call 
 model's whole call in process (see the README's "Round seven"), before any of the
 platform's work.
 
-The front speaks HTTP/2 and gRPC with the callers and nothing else. It holds no key, table
-or tenant state and parses no message: over one Unix socket it inherits (a socketpair, no
-path on disk), it hands this process each call's method, peer and metadata; this process
-checks the caller and its rate exactly as `grpc_gate.CallerGate` does for grpcio, and only
-then says PROCEED, at which the front reads the call's message (refused past
-DLAAS_MAX_PREDICTION_BYTES by the front's gRPC library, as grpcio's server does) and sends
-its bytes. The method's own handler (`grpc_api.PredictionService.unary_methods`, the same
-as grpcio's) parses and scores them on this event loop, and the call ends with the status,
+The front speaks HTTP/2 and gRPC with the callers and decides nothing. It holds no key
+table or tenant state and parses no message: over one Unix socket it inherits (a
+socketpair, no path on disk), it hands this process each call's method, peer and metadata;
+this process checks the caller and its rate exactly as `grpc_gate.CallerGate` does for
+grpcio, and only then says PROCEED, at which the front reads the call's message (refused
+past DLAAS_MAX_PREDICTION_BYTES by the front's gRPC library, as grpcio's server does) and
+sends its bytes. One exception saves that round trip on a busy connection: a call whose
+connection's last call, with the same `authorization`, passed the check here (FINISH says
+APPROVED) is read at once (CALL says READING); it is still checked here before its message
+is used, and a call that fails the check makes the front forget the connection. A caller
+that has never passed is never read before its check.
+
+The method's own handler (`grpc_api.PredictionService.unary_methods`, the same as
+grpcio's) parses and scores them on this event loop, and the call ends with the status,
 trailing metadata and answer this process gives. A call the client cancels, or whose
 deadline passes, is cancelled here too.
 
@@ -47,6 +53,8 @@ BINARY = "dlaas-grpc-front"
 
 READY, FAILED, CALL, MESSAGE, NO_MESSAGE, CANCELLED = 1, 2, 3, 4, 5, 6
 PROCEED, FINISH, STOP = 10, 11, 12
+READING = 1  # CALL's flag: the front reads the message already
+APPROVED = 1  # FINISH's flag: the call passed the caller's check
 
 _HEAD = struct.Struct("<IBQ")  # length, type, call id
 _U32 = struct.Struct("<I")
@@ -219,6 +227,7 @@ class FrontProtocol(asyncio.Protocol):
 
     def _arrived(self, call_id: int, payload: bytes) -> None:
         reader = _Reader(payload)
+        reading = bool(reader.u32() & READING)
         method = reader.string().decode("latin-1")
         peer = reader.string().decode("latin-1")
         metadata = []
@@ -226,6 +235,8 @@ class FrontProtocol(asyncio.Protocol):
             key = reader.string().decode("latin-1")
             metadata.append((key, _metadata_value(key, reader.string())))
         call = _Call()
+        if reading:
+            call.message = self.loop.create_future()
         self.calls[call_id] = call
         context = FrontContext(tuple(metadata), peer)
         call.task = self.loop.create_task(self._serve(call_id, call, method, context))
@@ -234,6 +245,7 @@ class FrontProtocol(asyncio.Protocol):
 
     async def _serve(self, call_id: int, call: _Call, path: str, context: FrontContext) -> None:
         answer = b""
+        approved = False
         try:
             method = self.methods.get(path)
             if method is None:
@@ -245,8 +257,10 @@ class FrontProtocol(asyncio.Protocol):
             except BaseException as e:
                 await refuse(context, e)
                 raise
-            call.message = self.loop.create_future()
-            self.send(_frame(PROCEED, call_id))
+            approved = True
+            if call.message is None:
+                call.message = self.loop.create_future()
+                self.send(_frame(PROCEED, call_id))
             body = await call.message
             if body is None:
                 await refuse(context, BadRequest("the call sent no message"))
@@ -263,12 +277,13 @@ class FrontProtocol(asyncio.Protocol):
             log.exception("scoring: a gRPC call failed", exc_info=e)
         finally:
             self.calls.pop(call_id, None)
-        self.send(_finish(call_id, context, answer))
+        self.send(_finish(call_id, context, answer, approved))
 
 
-def _finish(call_id: int, context: FrontContext, answer: bytes) -> bytes:
+def _finish(call_id: int, context: FrontContext, answer: bytes, approved: bool) -> bytes:
     code = context.code.value[0]
     parts = [
+        _U32.pack(APPROVED if approved else 0),
         _U32.pack(code),
         _string(context.details.encode()),
         _U32.pack(len(context.trailing)),

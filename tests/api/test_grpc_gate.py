@@ -30,9 +30,16 @@ BUDGET = 4
 class Served:
     def __init__(self, client: TestClient, port: int) -> None:
         self.client = client
+        self.port = port
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1)]
         )
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
 
     def call(self, method: str, body: bytes, key: str | None = None) -> grpc.RpcError:
         metadata = [("authorization", f"Bearer {key}")] if key is not None else []
@@ -57,19 +64,30 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+class FromTheFront:
+    """What the native front handed to this process: the sizes of the messages, and for
+    each call whether the front was reading its message before it was checked."""
+
+    def __init__(self) -> None:
+        self.messages: list[int] = []
+        self.read_unchecked: list[bool] = []
+
+
 @pytest.fixture
-def received(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the messages the native front handed to this process."""
-    sizes: list[int] = []
+def received(monkeypatch: pytest.MonkeyPatch) -> FromTheFront:
+    seen = FromTheFront()
     arrived = grpc_front.FrontProtocol._received
 
     def counting(self: grpc_front.FrontProtocol, kind: int, call: int, payload: bytes) -> None:
         if kind == grpc_front.MESSAGE:
-            sizes.append(len(payload))
+            seen.messages.append(len(payload))
+        if kind == grpc_front.CALL:
+            flags = int.from_bytes(payload[:4], "little")
+            seen.read_unchecked.append(bool(flags & grpc_front.READING))
         arrived(self, kind, call, payload)
 
     monkeypatch.setattr(grpc_front.FrontProtocol, "_received", counting)
-    return sizes
+    return seen
 
 
 @pytest.fixture
@@ -112,22 +130,49 @@ def test_an_unauthenticated_31_mib_call_is_refused_unparsed(
 
 @pytest.mark.parametrize("grpc_front", ["native"], indirect=True)
 def test_the_native_front_reads_no_message_before_the_check(
-    served: Served, received: list[int], parsed: list[int]
+    served: Served, received: FromTheFront, parsed: list[int]
 ) -> None:
     """The front holds a call's message unread until this process has checked the
-    caller: a stranger's 31 MiB, or a known tenant's over its rate, never leaves it."""
+    caller: a stranger's 31 MiB, or, on a connection of its own, a known tenant's over its
+    rate, never leaves it."""
     body = b"\x00" * (31 * MIB)
-    for key in (None, "not-a-key"):
+    for key in (None, "not-a-key", "not-a-key"):
         error = served.call(PREDICT, body, key)
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED, error.details()
     noisy = create_tenant(served.client, "noisy", "lite")["Authorization"].removeprefix("Bearer ")
     for _ in range(BURST):
         error = served.call(METADATA, b"\x0a\x05\x0a\x03abc", noisy)
         assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
-    error = served.call(PREDICT, body, noisy)
+    with Served(served.client, served.port) as fresh:
+        error = fresh.call(PREDICT, body, noisy)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
-    assert received == [7] * BURST
+    assert received.messages == [7] * BURST
     assert parsed == [7] * BURST
+
+
+@pytest.mark.parametrize("grpc_front", ["native"], indirect=True)
+def test_the_native_front_reads_at_once_only_for_a_caller_that_passed_on_the_connection(
+    served: Served, received: FromTheFront, parsed: list[int]
+) -> None:
+    """A connection's next call with the key its last call passed with is read before its
+    check (one round trip fewer); still checked, and a refusal ends that."""
+    noisy = create_tenant(served.client, "noisy", "lite")["Authorization"].removeprefix("Bearer ")
+    other = create_tenant(served.client, "other", "standard")["Authorization"]
+    for _ in range(BURST):
+        error = served.call(METADATA, b"\x0a\x05\x0a\x03abc", noisy)
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    assert received.read_unchecked == [False, True, True]
+    # Over its rate: read at once, still refused, and the connection is forgotten.
+    for _ in range(2):
+        error = served.call(METADATA, b"\x0a\x05\x0a\x03abc", noisy)
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert received.read_unchecked == [False, True, True, True, False]
+    # Another key on the same connection is checked first.
+    for _ in range(2):
+        error = served.call(METADATA, b"\x0a\x05\x0a\x03abc", other.removeprefix("Bearer "))
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    assert received.read_unchecked == [False, True, True, True, False, False, True]
+    assert parsed == [7] * (BURST + 2)
 
 
 def test_a_known_key_is_parsed_and_answered(served: Served, parsed: list[int]) -> None:
