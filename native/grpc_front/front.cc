@@ -86,6 +86,14 @@ class Out {
   }
   void str(const std::string& s) { str(s.data(), s.size()); }
   void raw(const char* data, size_t n) { buf_.append(data, n); }
+  // A message's bytes, slice by slice; false if gRPC could not hand them over.
+  bool raw(const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> slices;
+    if (!buffer.Dump(&slices).ok()) return false;
+    buf_.reserve(buf_.size() + buffer.Length());
+    for (const auto& s : slices) raw(reinterpret_cast<const char*>(s.begin()), s.size());
+    return true;
+  }
   std::string done() {
     uint32_t n = static_cast<uint32_t>(buf_.size() - 4);
     std::memcpy(&buf_[0], &n, 4);
@@ -141,7 +149,13 @@ bool write_all(const std::string& data) {
 // drain of the queue (and by main before it starts).
 class Outbox {
  public:
-  void add(std::string frame) { pending_ += frame; }
+  void add(std::string frame) {
+    if (pending_.empty()) {
+      pending_ = std::move(frame);
+    } else {
+      pending_ += frame;
+    }
+  }
   void flush() {
     if (pending_.empty()) return;
     if (!write_all(pending_)) {
@@ -194,6 +208,7 @@ grpc::AsyncGenericService g_service;
 std::unique_ptr<grpc::ServerCompletionQueue> g_cq;
 std::unique_ptr<grpc::Server> g_server;
 std::atomic<bool> g_shutting_down{false};
+bool g_queue_closed = false;  // guarded by g_mu: no operation may start any more
 
 void await_next_call() {
   if (g_shutting_down.load()) return;
@@ -208,15 +223,6 @@ void maybe_free(Call* call) {
     g_calls.erase(call->id);
     delete call;
   }
-}
-
-std::string flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  out.reserve(buffer.Length());
-  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
 }
 
 // The completion-queue thread's handling of one tag; frames for the API process go to
@@ -235,7 +241,9 @@ void handle(Tag* tag, bool ok, Outbox* out) {
       call->peer = call->ctx.peer();
       const auto& metadata = call->ctx.client_metadata();
       auto auth = metadata.find("authorization");
-      if (auth != metadata.end()) call->authorization.assign(auth->second.data(), auth->second.size());
+      if (auth != metadata.end()) {
+        call->authorization.assign(auth->second.data(), auth->second.size());
+      }
       uint32_t flags = 0;
       {
         std::lock_guard<std::mutex> lock(g_mu);
@@ -263,26 +271,21 @@ void handle(Tag* tag, bool ok, Outbox* out) {
       return;
     }
     case Op::kRead: {
-      std::string body;
-      if (ok) body = flatten(call->message);
-      call->message.Clear();
       uint64_t id;
       {
         std::lock_guard<std::mutex> lock(g_mu);
-        call->pending--;
         id = call->id;
-        if (call->done) {
-          maybe_free(call);
-          return;  // CANCELLED was (or will be) sent
-        }
       }
-      if (ok) {
-        Out frame(kMessage, id);
-        frame.raw(body.data(), body.size());
-        out->add(frame.done());
-      } else {
-        out->add(Out(kNoMessage, id).done());
+      Out frame(ok ? kMessage : kNoMessage, id);
+      if (ok && !frame.raw(call->message)) frame = Out(kNoMessage, id);
+      call->message.Clear();
+      std::lock_guard<std::mutex> lock(g_mu);
+      call->pending--;
+      if (call->done) {
+        maybe_free(call);
+        return;  // CANCELLED was (or will be) sent
       }
+      out->add(frame.done());
       return;
     }
     case Op::kFinish: {
@@ -339,7 +342,7 @@ void proceed(uint64_t id) {
   auto it = g_calls.find(id);
   if (it == g_calls.end()) return;  // ended meanwhile
   Call* call = it->second;
-  if (call->done || call->finishing || call->pending > 0) return;
+  if (g_queue_closed || call->done || call->finishing || call->pending > 0) return;
   call->pending++;
   call->stream.Read(&call->message, &call->read_tag);
 }
@@ -365,7 +368,7 @@ bool finish(uint64_t id, In* in) {
   } else {
     g_approved.erase(call->peer);
   }
-  if (call->done || call->finishing) return true;
+  if (g_queue_closed || call->done || call->finishing) return true;
   call->finishing = true;
   for (auto& [key, value] : trailing) call->ctx.AddTrailingMetadata(key, value);
   call->pending++;
@@ -387,6 +390,11 @@ void stop(uint32_t grace_ms) {
   // until the deadline, then cancels the rest; the queue ends after.
   std::thread([grace_ms] {
     g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+    {
+      // A late PROCEED or FINISH must not start an operation on the closed queue.
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_queue_closed = true;
+    }
     g_cq->Shutdown();
   }).detach();
 }
