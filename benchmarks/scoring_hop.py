@@ -111,8 +111,10 @@ def main() -> None:
 
     import uvloop
 
+    from service.scoring.batching import Arrivals
     from service.scoring.cache import BatchingConfig, ServedModel
     from service.scoring.process import ProcessConfig
+    from service.settings import Settings
 
     try:
         from service.scoring.supervised import SupervisedModel
@@ -123,12 +125,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dlaas-hop-") as tmp:
         model_dir = Path(tmp) / "model"
         save_model(model_dir)
+        # The service's defaults: batches of up to DLAAS_SCORING_MAX_BATCH_SIZE rows, one
+        # connection and one batching thread (Settings.resolved_scoring_threads).
+        defaults = Settings()
+        threads = defaults.resolved_scoring_threads
         supervised = SupervisedModel(
-            "hop", model_dir, ProcessConfig(connections=2, call_timeout=30,
+            "hop", model_dir, ProcessConfig(connections=threads, call_timeout=30,
                                             allow_unsandboxed=True), lambda *_: None
         )  # fmt: skip
         supervised.start()
-        model = ServedModel(supervised, BatchingConfig(True, 64, 0.002, 2), "hop")
+        batching = BatchingConfig(
+            True, defaults.scoring_max_batch_size, defaults.scoring_max_wait_ms / 1000, threads
+        )
+        model = ServedModel(supervised, batching, "hop", Arrivals())
         try:
             base, ours = [], []
             cpu_here, cpu_model, calls = 0.0, 0.0, 0

@@ -69,12 +69,17 @@ WIRE = Path(model_wire.__file__).resolve()
 SERVER = WIRE.with_name("model_server.py")
 ONNX_SERVER = WIRE.with_name("onnx_model.py")
 # All the model process's environment. TensorFlow needs no more; DLAAS_* never go in.
+# One inter-op thread: a served model is called with gaps between calls, and each call
+# after a gap had to wake TensorFlow's inter-op pool again, which made a small model's
+# call about 1.7x as long as back to back (benchmarks/scoring_hop.py, README "Round
+# nine"). Ops still use every core within themselves (the intra-op pool).
 ENVIRONMENT = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",  # noqa: S108 - the sandbox's private /tmp
     "TMPDIR": "/tmp",  # noqa: S108
     "LANG": "C.UTF-8",
     "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_NUM_INTEROP_THREADS": "1",
 }
 _MAX_MESSAGE = 600
 
