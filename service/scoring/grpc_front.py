@@ -269,7 +269,13 @@ class FrontProtocol(asyncio.Protocol):
         except aio.AbortError:
             pass
         except asyncio.CancelledError:
-            return  # the client went away: there is no one to answer
+            # The client went away (CANCELLED took the call out of `calls`): no one to
+            # answer. Anything else that cancels the handler still ends the call.
+            if call_id in self.calls and not self.closed.done():
+                context.code = grpc.StatusCode.CANCELLED
+                context.details = "the call was cancelled"
+                self.send(_finish(call_id, context, b"", approved))
+            raise
         except Exception as e:
             # What `refuse` does not turn into a status (it logs it) ends as INTERNAL.
             context.code = grpc.StatusCode.INTERNAL

@@ -151,6 +151,25 @@ def test_a_call_its_client_abandons_is_cancelled_here() -> None:
     asyncio.run(main())
 
 
+def test_a_handler_cancelled_from_within_still_ends_its_call() -> None:
+    async def cancelled(body: bytes, context: Any) -> bytes:
+        never: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        never.cancel()
+        return await never
+
+    async def main() -> None:
+        server, port = await started({SLOW: handler(cancelled)}, Callers())
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                with pytest.raises(aio.AioRpcError) as ended:
+                    await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=10)
+                assert ended.value.code() == grpc.StatusCode.CANCELLED
+        finally:
+            await server.stop(1)
+
+    asyncio.run(main())
+
+
 def test_stop_lets_the_calls_under_way_end() -> None:
     async def main() -> None:
         async def slow(body: bytes, context: Any) -> bytes:
