@@ -7,6 +7,7 @@ started again on its port, and the front never outlives the process that started
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -69,6 +70,19 @@ async def started(
     )
 
 
+@contextlib.asynccontextmanager
+async def front(
+    methods: dict[str, Method], callers: Callers | None = None
+) -> AsyncIterator[tuple[grpc_front.FrontServer, aio.Channel]]:
+    """A started front and a channel to it; the front stopped after."""
+    server, port = await started(methods, callers or Callers())
+    try:
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield server, channel
+    finally:
+        await server.stop(1)
+
+
 def handler(
     fn: Callable[[bytes, Any], Awaitable[bytes]],
 ) -> Method:
@@ -87,19 +101,13 @@ BAD = (("authorization", "Bearer no"),)
 def test_each_answer_reaches_its_own_caller() -> None:
     async def main() -> None:
         callers = Callers()
-        server, port = await started({ECHO: handler(echo)}, callers)
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary(ECHO)
-                bodies = [os.urandom(1 + i * 37) for i in range(200)]
-                answers = await asyncio.gather(
-                    *(call(b, metadata=GOOD, timeout=30) for b in bodies)
-                )
-            assert answers == [b[::-1] for b in bodies]
-            assert len(callers.checked) == 200
-            assert {host for _, host in callers.checked} == {"127.0.0.1"}
-        finally:
-            await server.stop(1)
+        async with front({ECHO: handler(echo)}, callers) as (_, channel):
+            call = channel.unary_unary(ECHO)
+            bodies = [os.urandom(1 + i * 37) for i in range(200)]
+            answers = await asyncio.gather(*(call(b, metadata=GOOD, timeout=30) for b in bodies))
+        assert answers == [b[::-1] for b in bodies]
+        assert len(callers.checked) == 200
+        assert {host for _, host in callers.checked} == {"127.0.0.1"}
 
     asyncio.run(main())
 
@@ -107,20 +115,16 @@ def test_each_answer_reaches_its_own_caller() -> None:
 def test_refusals_and_unknown_methods() -> None:
     async def main() -> None:
         callers = Callers()
-        server, port = await started({ECHO: handler(echo)}, callers)
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                with pytest.raises(aio.AioRpcError) as refused:
-                    await channel.unary_unary(ECHO)(b"x", metadata=BAD)
-                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-                assert refused.value.details() == "bad key"
-                checked = len(callers.checked)
-                with pytest.raises(aio.AioRpcError) as unknown:
-                    await channel.unary_unary("/test.Echo/Nope")(b"x", metadata=GOOD)
-                assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
-                assert len(callers.checked) == checked  # refused before any check
-        finally:
-            await server.stop(1)
+        async with front({ECHO: handler(echo)}, callers) as (_, channel):
+            with pytest.raises(aio.AioRpcError) as refused:
+                await channel.unary_unary(ECHO)(b"x", metadata=BAD)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert refused.value.details() == "bad key"
+            checked = len(callers.checked)
+            with pytest.raises(aio.AioRpcError) as unknown:
+                await channel.unary_unary("/test.Echo/Nope")(b"x", metadata=GOOD)
+            assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert len(callers.checked) == checked  # refused before any check
 
     asyncio.run(main())
 
@@ -137,16 +141,12 @@ def test_a_call_its_client_abandons_is_cancelled_here() -> None:
                 raise
             return b""
 
-        server, port = await started({SLOW: handler(forever)}, Callers())
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                with pytest.raises(aio.AioRpcError) as late:
-                    await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=0.3)
-                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        async with front({SLOW: handler(forever)}) as (server, channel):
+            with pytest.raises(aio.AioRpcError) as late:
+                await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=0.3)
+            assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             await asyncio.wait_for(cancelled.wait(), 5)
             assert server.protocol is not None and server.protocol.calls == {}
-        finally:
-            await server.stop(1)
 
     asyncio.run(main())
 
@@ -158,14 +158,10 @@ def test_a_handler_cancelled_from_within_still_ends_its_call() -> None:
         return await never
 
     async def main() -> None:
-        server, port = await started({SLOW: handler(cancelled)}, Callers())
-        try:
-            async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                with pytest.raises(aio.AioRpcError) as ended:
-                    await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=10)
-                assert ended.value.code() == grpc.StatusCode.CANCELLED
-        finally:
-            await server.stop(1)
+        async with front({SLOW: handler(cancelled)}) as (_, channel):
+            with pytest.raises(aio.AioRpcError) as ended:
+                await channel.unary_unary(SLOW)(b"x", metadata=GOOD, timeout=10)
+            assert ended.value.code() == grpc.StatusCode.CANCELLED
 
     asyncio.run(main())
 
