@@ -101,12 +101,18 @@ class PredictionService:
         handler of the request's bytes, which parses them, calls the method and ends a
         refused call with its status, and its answer's serializer."""
         return {
-            f"/{service}/{name}": self._method(name, request)
+            f"/{service}/{name}": method
+            for service, methods in self._by_service().items()
+            for name, method in methods.items()
+        }
+
+    def _by_service(self) -> dict[str, dict[str, Method]]:
+        return {
+            service: {name: self._method(name, request) for name, request in methods.items()}
             for service, methods in (
                 (SERVICE, _PREDICTION_METHODS),
                 (MODEL_SERVICE, _MODEL_METHODS),
             )
-            for name, request in methods.items()
         }
 
     def _method(self, name: str, request_message: str) -> Method:
@@ -124,15 +130,17 @@ class PredictionService:
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         """The methods as grpc.aio's handlers, one generic handler per service."""
-        by_service: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
-        for path, method in self.unary_methods().items():
-            service, _, name = path[1:].partition("/")
-            by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(
-                method.handle, response_serializer=method.serialize
-            )
         return [
-            grpc.method_handlers_generic_handler(service, methods)
-            for service, methods in by_service.items()
+            grpc.method_handlers_generic_handler(
+                service,
+                {
+                    name: grpc.unary_unary_rpc_method_handler(
+                        method.handle, response_serializer=method.serialize
+                    )
+                    for name, method in methods.items()
+                },
+            )
+            for service, methods in self._by_service().items()
         ]
 
 

@@ -28,6 +28,7 @@ them. Writes are gathered and sent once per turn of the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -44,7 +45,7 @@ from grpc import aio
 from service.errors import BadRequest
 from service.http.limits import CallerCheck
 from service.scoring.grpc_api import Method, refuse
-from service.scoring.grpc_gate import metadata_key, peer_host
+from service.scoring.grpc_gate import SENT_NO_MESSAGE, check_caller
 from service.settings import Settings
 
 log = logging.getLogger("dlaas.scoring")
@@ -251,19 +252,14 @@ class FrontProtocol(asyncio.Protocol):
             if method is None:
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
                 return
-            try:
-                metadata = context.invocation_metadata()
-                await self.callers.check(lambda: metadata_key(metadata), peer_host(context.peer()))
-            except BaseException as e:
-                await refuse(context, e)
-                raise
+            await check_caller(self.callers, context, refuse)
             approved = True
             if call.message is None:
                 call.message = self.loop.create_future()
                 self.send(_frame(PROCEED, call_id))
             body = await call.message
             if body is None:
-                await refuse(context, BadRequest("the call sent no message"))
+                await refuse(context, BadRequest(SENT_NO_MESSAGE))
                 return
             answer = method.serialize(await method.handle(body, context))
         except aio.AbortError:
@@ -277,10 +273,10 @@ class FrontProtocol(asyncio.Protocol):
                 self.send(_finish(call_id, context, b"", approved))
             raise
         except Exception as e:
-            # What `refuse` does not turn into a status (it logs it) ends as INTERNAL.
-            context.code = grpc.StatusCode.INTERNAL
-            context.details = "internal error; see the scoring log"
-            log.exception("scoring: a gRPC call failed", exc_info=e)
+            # Raised outside the method's handler (its answer's serializer): `refuse`
+            # logs it and ends the call as INTERNAL, as for the handler's own errors.
+            with contextlib.suppress(aio.AbortError):
+                await refuse(context, e)
         finally:
             self.calls.pop(call_id, None)
         self.send(_finish(call_id, context, answer, approved))

@@ -44,6 +44,22 @@ def metadata_key(metadata: Any) -> str:
     return key_of_header("")
 
 
+SENT_NO_MESSAGE = "the call sent no message"
+
+
+async def check_caller(callers: CallerCheck, context: Any, refuse: Refuse) -> None:
+    """The call's key (its `authorization` metadata) and its rate, against the caller's
+    address; a refused call is ended with its status (`refuse`) and the refusal raised.
+    Both transports of the port check their calls with this (`CallerGate` for grpcio,
+    `grpc_front` for the native front)."""
+    metadata = context.invocation_metadata()
+    try:
+        await callers.check(lambda: metadata_key(metadata), peer_host(context.peer()))
+    except BaseException as e:
+        await refuse(context, e)
+        raise
+
+
 async def _unchecked(request: Any, context: aio.ServicerContext) -> None:
     await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a streaming method is not served")
 
@@ -67,20 +83,15 @@ class CallerGate(aio.ServerInterceptor):  # type: ignore[misc]
             # Every method of the service is unary; a streaming one would pass unchecked,
             # so it is refused until this gate learns to check it.
             return grpc.unary_unary_rpc_method_handler(_unchecked)
-        metadata = handler_call_details.invocation_metadata
         unary = handler.unary_unary
         callers = self.callers
         refuse = self.refuse
 
         async def checked(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
-            try:
-                await callers.check(lambda: metadata_key(metadata), peer_host(context.peer()))
-            except BaseException as e:
-                await refuse(context, e)
-                raise
+            await check_caller(callers, context, refuse)
             async for message in requests:  # the one message of a unary call
                 return await unary(message, context)
-            await refuse(context, BadRequest("the call sent no message"))
+            await refuse(context, BadRequest(SENT_NO_MESSAGE))
             return None
 
         return grpc.stream_unary_rpc_method_handler(
