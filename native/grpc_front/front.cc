@@ -192,7 +192,6 @@ struct Call {
   Tag finish_tag{this, Op::kFinish};
   Tag done_tag{this, Op::kDone};
   // Guarded by g_mu.
-  bool started = false;   // the call arrived (kNew came back ok)
   bool done = false;      // the done tag came back
   bool finishing = false;  // Finish or WriteAndFinish was started
   int pending = 0;        // operations started whose tag has not come back
@@ -248,7 +247,6 @@ void handle(Tag* tag, bool ok, Outbox* out) {
       {
         std::lock_guard<std::mutex> lock(g_mu);
         call->id = g_next_id++;
-        call->started = true;
         g_calls[call->id] = call;
         auto seen = g_approved.find(call->peer);
         if (!call->authorization.empty() && seen != g_approved.end() &&
