@@ -157,6 +157,9 @@ class FrontProtocol(asyncio.Protocol):
         self.callers = callers
         self.loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[int] = self.loop.create_future()
+        # Whoever waited for it may have been cancelled (a `stop` during a restart): its
+        # failure is then nobody's to read, and not logged as an unread exception.
+        self.ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self.closed: asyncio.Future[None] = self.loop.create_future()
         self.calls: dict[int, _Call] = {}
         self.transport: asyncio.Transport | None = None
@@ -404,6 +407,9 @@ class FrontServer:
         self._stopping = True
         if self._watch is not None:
             self._watch.cancel()
+            # A front being started again is killed by the cancellation, or is the one
+            # stopped below once its start has ended: none outlives `stop`.
+            await asyncio.wait([self._watch])
         process, protocol = self.process, self.protocol
         if process is None or protocol is None:
             return

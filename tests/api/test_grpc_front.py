@@ -288,3 +288,39 @@ def test_which_front(setting: str, installed: Path | None, chosen: Path | None) 
 def test_native_without_the_program_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="make install"):
         front_to_use("native", None)
+
+
+def test_stop_while_the_front_is_started_again_leaves_no_front(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A front that exited and is being started again (its new process spawned, not yet
+    ready) when `stop` comes is ended, and waited for, by the time `stop` returns."""
+    monkeypatch.setattr(grpc_front, "RESTART_SECONDS", 0.05)
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    class SlowToReap(subprocess.Popen):  # type: ignore[type-arg]
+        """A front whose end takes a while to be waited for, as on a busy machine."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            spawned.append(self)
+
+        def wait(self, timeout: float | None = None) -> int:
+            time.sleep(0.3)
+            return super().wait(timeout)
+
+    async def main() -> None:
+        server, _ = await started({ECHO: handler(echo)}, Callers())
+        monkeypatch.setattr(grpc_front.subprocess, "Popen", SlowToReap)
+        assert server.process is not None
+        first = server.process
+        first.kill()
+        deadline = time.monotonic() + 10
+        while not spawned:  # the second front is spawned and has not answered READY
+            assert time.monotonic() < deadline, "the front was not started again"
+            await asyncio.sleep(0.001)
+        await server.stop(1)
+        assert first.returncode is not None
+        assert [p.returncode is not None for p in spawned] == [True] * len(spawned)
+
+    asyncio.run(main())
