@@ -210,13 +210,72 @@ def create_tenant(url: str, admin_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {r.json()['api_key']}"}
 
 
+@dataclass(frozen=True)
+class CpuTime:
+    """A process's CPU time so far (seconds in user and in kernel mode), and its command."""
+
+    user: float
+    system: float
+    command: str
+
+
+def cpu_times(proc: Path = Path("/proc")) -> dict[int, CpuTime]:
+    """Every process's CPU time so far, by pid, read from `proc` (Linux's /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command's closing parenthesis: utime and stime are the
+            # 14th and 15th of the whole line, the 12th and 13th of these.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        found[int(entry.name)] = CpuTime(
+            int(fields[11]) / tick, int(fields[12]) / tick, command.strip()
+        )
+    return found
+
+
+def cpu_report(
+    before: dict[int, CpuTime], after: dict[int, CpuTime], seconds: float, least: float = 0.02
+) -> list[str]:
+    """One line per process that used at least `least` of a core between the two readings:
+    its share of a core (of it in the kernel), pid and command, busiest first."""
+    used = []
+    for pid, end in after.items():
+        start = before.get(pid, CpuTime(0.0, 0.0, ""))
+        user, system = end.user - start.user, end.system - start.system
+        if (user + system) / seconds >= least:
+            used.append((user + system, system, pid, end.command))
+    return [
+        f"{total / seconds:6.1%} of a core ({system / seconds:.1%} in the kernel)  "
+        f"{pid} {command[:100]}"
+        for total, system, pid, command in sorted(used, reverse=True)
+    ]
+
+
 @contextmanager
 def profiled(pid: int, name: str) -> Iterator[None]:
     """Sample process `pid` and its children with py-spy while the block runs, if
     BENCH_PROFILE_DIR names a folder: collapsed stacks in `<dir>/<name>.txt` (summarise
     them with `python benchmarks/profile_summary.py`). Otherwise nothing is sampled: the
-    sampling takes CPU, so a profiled run's ratios are not the row's."""
+    sampling takes CPU, so a profiled run's ratios are not the row's.
+
+    With BENCH_CPU=1 (and no BENCH_PROFILE_DIR) each process's share of a core over the
+    block is printed to standard error instead (`cpu_report`): which of the server, the
+    model process, the load generator and the rest held the cores, without sampling."""
     folder = os.environ.get("BENCH_PROFILE_DIR")
+    if not folder and os.environ.get("BENCH_CPU"):
+        before, started = cpu_times(), time.perf_counter()
+        yield
+        after, seconds = cpu_times(), time.perf_counter() - started
+        print(f"CPU during {name} ({seconds:.1f} s):", file=sys.stderr)
+        for line in cpu_report(before, after, seconds):
+            print(f"  {line}", file=sys.stderr)
+        return
     if not folder:
         yield
         return

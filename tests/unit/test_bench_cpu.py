@@ -1,0 +1,66 @@
+"""benchmarks/common.py's CPU accounting (BENCH_CPU=1): each process's CPU time read from
+/proc, and the share of a core each used between two readings, busiest first."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import common
+from benchmarks.common import CpuTime, cpu_report, cpu_times
+
+
+def _process(proc: Path, pid: int, name: str, utime: int, stime: int, command: bytes) -> None:
+    entry = proc / str(pid)
+    entry.mkdir()
+    # The command in parentheses may itself hold ") " (a process may name itself so).
+    fields = ["S", "1", "1", "1", "0", "-1", "0", "0", "0", "0", "0", str(utime), str(stime)]
+    (entry / "stat").write_text(f"{pid} ({name}) {' '.join(fields)} 0 0 20 0 1\n")
+    (entry / "cmdline").write_bytes(command)
+
+
+def test_cpu_times_reads_each_process_in_seconds(tmp_path: Path) -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    _process(tmp_path, 7, "python", 3 * tick, tick, b"python\0-m\0uvicorn\0")
+    _process(tmp_path, 9, "odd) (name", tick // 2, 0, b"front\0--fd\x003\0")
+    (tmp_path / "self").mkdir()  # not a process's folder
+    (tmp_path / "12").mkdir()  # a process that ended while /proc was read: no stat
+    found = cpu_times(tmp_path)
+    assert found == {
+        7: CpuTime(3.0, 1.0, "python -m uvicorn"),
+        9: CpuTime(0.5, 0.0, "front --fd 3"),
+    }
+
+
+def test_the_report_lists_the_busy_processes_busiest_first() -> None:
+    before = {1: CpuTime(1.0, 0.0, "api"), 2: CpuTime(5.0, 1.0, "model")}
+    after = {
+        1: CpuTime(2.6, 0.2, "api"),  # 1.8 s in 2 s: 90% of a core, 10% in the kernel
+        2: CpuTime(5.8, 1.2, "model"),  # 1.0 s: 50%
+        3: CpuTime(0.01, 0.0, "idle"),  # new since the first reading, 0.5%: left out
+        4: CpuTime(0.3, 0.0, "loadgen"),  # new since the first reading: all of it counts
+    }
+    lines = cpu_report(before, after, seconds=2.0)
+    assert [line.split()[-1] for line in lines] == ["api", "model", "loadgen"]
+    assert lines[0].startswith(" 90.0% of a core (10.0% in the kernel)  1 api")
+    assert lines[2].startswith(" 15.0% of a core (0.0% in the kernel)  4 loadgen")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_this_process_is_seen_using_the_cpu_it_burns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("BENCH_PROFILE_DIR", raising=False)
+    monkeypatch.setenv("BENCH_CPU", "1")
+    with common.profiled(os.getpid(), "burn"):
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+    err = capsys.readouterr().err
+    assert err.startswith("CPU during burn (")
+    mine = [line for line in err.splitlines() if f"  {os.getpid()} " in line]
+    assert len(mine) == 1, err
+    assert float(mine[0].split("%")[0]) >= 20.0  # 0.3 s of CPU over about as long
