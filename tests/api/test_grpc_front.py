@@ -23,6 +23,7 @@ import grpc
 import pytest
 from grpc import aio
 
+from service import sandbox
 from service.errors import Unauthorized
 from service.http.limits import CallerCheck
 from service.scoring import grpc_front
@@ -257,6 +258,52 @@ def test_the_front_dies_with_the_process_that_started_it(tmp_path: Path) -> None
             time.sleep(0.05)
     finally:
         parent.kill()
+
+
+@pytest.mark.skipif(not sandbox.probe().available, reason=sandbox.probe().why)
+def test_the_front_runs_in_the_sandbox() -> None:
+    """The front parses callers' bytes: it runs without privileges or capabilities, under
+    the seccomp filter, in namespaces of its own, seeing its program and the system's
+    libraries and none of the platform's files; and it still serves."""
+
+    async def main() -> None:
+        async with front({ECHO: handler(echo)}) as (server, channel):
+            assert server.sandboxed and server.process is not None
+            (pid,) = [p for p in _descendants(server.process.pid) if _exe(p) == binary()]
+            status = dict(
+                line.split(":\t", 1)
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            )
+            assert status["NoNewPrivs"].strip() == "1"
+            assert status["Seccomp"].strip() == "2"  # a filter
+            assert status["CapEff"].strip() == "0000000000000000"
+            for ns in ("user", "pid", "ipc"):
+                assert os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
+            inside = Path(f"/proc/{pid}/root")
+            assert (inside / str(binary()).lstrip("/")).is_file()
+            assert not (inside / str(ROOT / "service").lstrip("/")).exists()
+            assert not (inside / str(Path(sys.executable).parent / "python").lstrip("/")).exists()
+            assert await channel.unary_unary(ECHO)(b"ab", metadata=GOOD, timeout=10) == b"ba"
+
+    asyncio.run(main())
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").iterdir():
+            children = [int(c) for c in (task / "children").read_text().split()]
+            found += children
+            todo += children
+    return found
+
+
+def _exe(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return None
 
 
 def _listening(port: int) -> bool:
