@@ -21,15 +21,21 @@
 //   API -> front: PROCEED, FINISH (u32 flags: APPROVED, u32 code, string detail, u32 n,
 //                 n x (key, value), the answer's bytes), STOP (u32 grace in ms).
 //
-//   dlaas-grpc-front --fd N --listen HOST:PORT --max-receive BYTES
+//   dlaas-grpc-front --fd N --listen HOST:PORT --max-receive BYTES [--seccomp FD]
 //
 // It exits when the socket closes (the API process is gone) or after STOP, and dies with
-// its parent (PR_SET_PDEATHSIG).
+// its parent (PR_SET_PDEATHSIG). With --seccomp, once it listens (and before READY) it
+// loads the BPF program read from FD as a seccomp filter on all its threads
+// (service/sandbox/seccomp.py compiles it: no new sockets, connections or listeners), so
+// that nothing it runs afterwards reaches the network it shares with the platform.
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -446,12 +452,49 @@ void read_frames() {
   }
 }
 
-bool parse_args(int argc, char** argv, int* fd, std::string* listen, long long* max_receive) {
+// Loads the BPF program read (whole) from `fd` as a seccomp filter on every thread of
+// the process; false, with why, if it cannot.
+bool load_filter(int fd, std::string* why) {
+  std::vector<char> bytes;
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *why = std::string("cannot read its seccomp filter: ") + std::strerror(errno);
+      return false;
+    }
+    if (n == 0) break;
+    bytes.insert(bytes.end(), chunk, chunk + n);
+  }
+  close(fd);
+  size_t count = bytes.size() / sizeof(sock_filter);
+  if (count == 0 || count > BPF_MAXINSNS || bytes.size() % sizeof(sock_filter) != 0) {
+    *why = "its seccomp filter is not a BPF program";
+    return false;
+  }
+  std::vector<sock_filter> program(count);
+  std::memcpy(program.data(), bytes.data(), bytes.size());
+  sock_fprog fprog{static_cast<unsigned short>(count), program.data()};
+  // Without privileges a filter needs no_new_privs (the sandbox has set it already).
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) != 0) {
+    *why = std::string("cannot load its seccomp filter: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool parse_args(int argc, char** argv, int* fd, std::string* listen, long long* max_receive,
+                int* filter) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     char* end = nullptr;
     if (flag == "--fd") {
       *fd = static_cast<int>(std::strtol(argv[i + 1], &end, 10));
+    } else if (flag == "--seccomp") {
+      *filter = static_cast<int>(std::strtol(argv[i + 1], &end, 10));
+      if (*filter < 0) return false;
     } else if (flag == "--listen") {
       *listen = argv[i + 1];
       continue;
@@ -472,9 +515,11 @@ int main(int argc, char** argv) {
   int fd = -1;
   std::string listen;
   long long max_receive = 0;
-  if (!parse_args(argc, argv, &fd, &listen, &max_receive)) {
+  int filter = -1;
+  if (!parse_args(argc, argv, &fd, &listen, &max_receive, &filter)) {
     std::fprintf(stderr,
-                 "usage: dlaas-grpc-front --fd N --listen HOST:PORT --max-receive BYTES\n");
+                 "usage: dlaas-grpc-front --fd N --listen HOST:PORT --max-receive BYTES "
+                 "[--seccomp FD]\n");
     return 64;
   }
   // If the parent is already gone, the socket's end of it is closed: the first read ends.
@@ -495,6 +540,14 @@ int main(int argc, char** argv) {
   if (!g_server || port == 0) {
     Out frame(kFailed, 0);
     frame.str("could not listen on " + listen);
+    out.add(frame.done());
+    out.flush();
+    return 1;
+  }
+  std::string why;
+  if (filter >= 0 && !load_filter(filter, &why)) {
+    Out frame(kFailed, 0);
+    frame.str(why);
     out.add(frame.done());
     out.flush();
     return 1;

@@ -147,6 +147,17 @@ def sandbox_files() -> SandboxFiles:
     return install_files(seccomp.default_directory())
 
 
+@functools.cache
+def listener_filter() -> str:
+    """The listening server's seccomp filter (`seccomp.LISTENER_DENIED`: no new sockets,
+    connections or listeners), compiled into the platform user's cache once per process;
+    SandboxUnavailable if it cannot be made (no libseccomp)."""
+    try:
+        return str(seccomp.install(seccomp.default_directory(), listener=True))
+    except seccomp.FilterUnavailable as e:
+        raise SandboxUnavailable(str(e)) from e
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     # Bound read-write at the same paths: the job's own directories.

@@ -16,6 +16,10 @@ architecture, and a call from another architecture's ABI, e.g. i386's int 0x80 o
 kills the process), `compile` into the BPF program that bwrap loads (`--seccomp FD`) after
 setting `no_new_privs`. `install` writes it, once per content, into a directory of the
 platform's own that no sandbox shows.
+
+A second, small filter is a listening server's (`LISTENER_DENIED`, `build_listener`): the
+scoring gRPC front loads it on top of the sandbox's once it listens, and from then on
+opens no socket, connection or listener (`install(directory, listener=True)`).
 """
 
 from __future__ import annotations
@@ -192,9 +196,32 @@ def build() -> Any:
     return flt
 
 
-def compile_bpf() -> bytes:
-    """The filter as the BPF program bwrap's `--seccomp` reads."""
-    flt = build()
+# A listening server's second filter (the scoring gRPC front's, loaded by the front itself
+# once it listens, on top of the sandbox's): it keeps the sockets it has and accepts
+# connections on them, and opens no other, so that code run through a flaw in its parsing
+# cannot reach the network the front shares (the platform's databases on 127.0.0.1).
+LISTENER_DENIED: dict[str, str] = {
+    "socket": "open a socket",
+    "socketpair": "open a pair of sockets",
+    "connect": "connect a socket",
+    "bind": "bind a socket to an address",
+    "listen": "listen on a socket",
+}
+
+
+def build_listener() -> Any:
+    """The listening server's filter (LISTENER_DENIED), for this machine's architecture."""
+    sc = _seccomp()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    for name in LISTENER_DENIED:
+        flt.add_rule(sc.ERRNO(errno.EPERM), name)
+    return flt
+
+
+def compile_bpf(flt: Any = None) -> bytes:
+    """A filter (by default `build()`'s) as the BPF program bwrap's `--seccomp` reads."""
+    flt = build() if flt is None else flt
     with tempfile.TemporaryFile() as f:
         flt.export_bpf(f)
         f.seek(0)
@@ -232,15 +259,17 @@ def write_once(directory: Path, name: str, data: bytes) -> Path:
     return path
 
 
-def install(directory: Path) -> Path:
-    """The compiled filter, in `directory`, named by its content (processes of another
-    version of the filter write theirs beside it; a prefix written earlier keeps working)."""
+def install(directory: Path, *, listener: bool = False) -> Path:
+    """The compiled filter (with `listener`, the listening server's), in `directory`, named
+    by its content (processes of another version of the filter write theirs beside it; a
+    prefix written earlier keeps working)."""
     try:
-        data = compile_bpf()
+        data = compile_bpf(build_listener() if listener else None)
     except OSError as e:
         raise FilterUnavailable(f"libseccomp could not compile the filter: {e}") from e
     digest = hashlib.sha256(data).hexdigest()[:16]
+    name = "listener" if listener else "seccomp"
     try:
-        return write_once(directory, f"seccomp-{digest}.bpf", data)
+        return write_once(directory, f"{name}-{digest}.bpf", data)
     except OSError as e:
         raise FilterUnavailable(f"the seccomp filter could not be written: {e}") from e

@@ -72,9 +72,17 @@ def front_binary() -> Path | None:
 
 
 def front_command(
-    binary: Path, fd: int, address: str, max_receive: int, hidden: Sequence[str] = ()
+    binary: Path,
+    fd: int,
+    address: str,
+    max_receive: int,
+    hidden: Sequence[str] = (),
+    filter_fd: int | None = None,
 ) -> tuple[list[str], bool]:
-    """The front's command line, and whether it runs in the sandbox.
+    """The front's command line, and whether it runs in the sandbox. With `filter_fd`
+    (the listening server's seccomp filter, `sandbox.listener_filter`, open on it) the
+    front loads that filter once it listens: afterwards it opens no socket, connection or
+    listener, so the network it keeps is only the port's.
 
     The front parses callers' bytes (HTTP/2, gRPC's framing) with a C++ library: it runs
     in the sandbox tenants' code runs in (service.sandbox: its own user, PID and IPC
@@ -85,6 +93,8 @@ def front_command(
     runs as it is, as grpcio's server would in this process."""
     program = [str(binary), "--fd", str(fd), "--listen", address]
     program += ["--max-receive", str(max_receive)]
+    if filter_fd is not None:
+        program += ["--seccomp", str(filter_fd)]
     support = sandbox.probe()
     if support.bwrap is None:
         return program, False
@@ -92,6 +102,17 @@ def front_command(
         writable=(), readonly=(str(binary),), network=True, hidden=tuple(hidden), cwd="/"
     )
     return [*sandbox.argv(policy, support.bwrap), *program], True
+
+
+def _open_listener_filter() -> int | None:
+    """The listening server's filter, open for the front to read; None (and a warning)
+    where it cannot be made."""
+    try:
+        path = sandbox.listener_filter()
+    except sandbox.SandboxUnavailable as e:
+        log.warning("scoring: the gRPC front runs without its network filter: %s", e)
+        return None
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _frame(kind: int, call: int, payload: bytes = b"") -> bytes:
@@ -350,6 +371,7 @@ class FrontServer:
         self.host = host
         self.hidden = tuple(hidden)
         self.sandboxed = False
+        self.filtered = False
         self.max_receive = 0
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -362,13 +384,16 @@ class FrontServer:
         self.max_receive = max_receive
         address = f"{self.host}:{port}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        filter_fd = _open_listener_filter()
+        self.filtered = filter_fd is not None
+        passed = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
         try:
             command, self.sandboxed = front_command(
-                self.binary, theirs.fileno(), address, max_receive, self.hidden
+                self.binary, theirs.fileno(), address, max_receive, self.hidden, filter_fd
             )
             process = subprocess.Popen(
                 command,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=passed,
                 stdin=subprocess.DEVNULL,
                 # Ctrl-C on `dlaas up` reaches its process group: the front is stopped by
                 # `stop`, after the calls under way, not by the signal.
@@ -377,6 +402,8 @@ class FrontServer:
             )
         finally:
             theirs.close()
+            if filter_fd is not None:
+                os.close(filter_fd)
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await loop.create_unix_connection(
@@ -396,12 +423,13 @@ class FrontServer:
         self.process, self.protocol = process, protocol
         self._watch = loop.create_task(self._restart_if_it_exits(process, protocol))
         log.info(
-            "scoring: gRPC PredictionService and ModelService on %s:%s (%s, pid %s, %s)",
+            "scoring: gRPC PredictionService and ModelService on %s:%s (%s, pid %s, %s, %s)",
             self.host,
             self.port,
             BINARY,
             process.pid,
             "in the sandbox" if self.sandboxed else "no sandbox can be made here",
+            "no new sockets" if self.filtered else "without its network filter",
         )
         return self.port
 

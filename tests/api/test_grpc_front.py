@@ -276,6 +276,8 @@ def test_the_front_runs_in_the_sandbox() -> None:
             )
             assert status["NoNewPrivs"].strip() == "1"
             assert status["Seccomp"].strip() == "2"  # a filter
+            # The sandbox's, and the front's own once it listens (no new sockets).
+            assert server.filtered and status["Seccomp_filters"].strip() == "2"
             assert status["CapEff"].strip() == "0000000000000000"
             for ns in ("user", "pid", "ipc"):
                 assert os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
@@ -284,6 +286,39 @@ def test_the_front_runs_in_the_sandbox() -> None:
             assert not (inside / str(ROOT / "service").lstrip("/")).exists()
             assert not (inside / str(Path(sys.executable).parent / "python").lstrip("/")).exists()
             assert await channel.unary_unary(ECHO)(b"ab", metadata=GOOD, timeout=10) == b"ba"
+
+    asyncio.run(main())
+
+
+def test_without_a_sandbox_the_front_still_opens_no_new_sockets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where no sandbox can be made the front runs as it is, but it still loads its own
+    filter once it listens (no_new_privs, then the filter) and serves."""
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.SandboxSupport(None, "none here"))
+
+    async def main() -> None:
+        async with front({ECHO: handler(echo)}) as (server, channel):
+            assert not server.sandboxed and server.filtered and server.process is not None
+            status = Path(f"/proc/{server.process.pid}/status").read_text()
+            assert "\nNoNewPrivs:\t1\n" in status and "\nSeccomp_filters:\t1\n" in status
+            assert await channel.unary_unary(ECHO)(b"ab", metadata=GOOD, timeout=10) == b"ba"
+
+    asyncio.run(main())
+
+
+def test_a_filter_the_front_cannot_load_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The front reads and loads the filter it is given: one that is not a BPF program
+    stops it before it answers any call, and says why."""
+    broken = tmp_path / "listener.bpf"
+    broken.write_bytes(b"not a program")
+    monkeypatch.setattr(sandbox, "listener_filter", lambda: str(broken))
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="seccomp filter is not a BPF program"):
+            await started({ECHO: handler(echo)}, Callers())
 
     asyncio.run(main())
 

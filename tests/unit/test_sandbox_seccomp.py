@@ -364,3 +364,40 @@ def test_the_prefix_is_a_plain_exec_pid_exit_code_signals_and_descriptors(
         check=False,
     )
     assert gone.returncode != 0 and "gone" in gone.stderr
+
+
+# -- the listening server's filter (the scoring gRPC front's, on top of the sandbox's) --
+
+
+@pytest.fixture(scope="module")
+def listener() -> bytes:
+    return seccomp.compile_bpf(seccomp.build_listener())
+
+
+@pytest.mark.parametrize("name", ["socket", "socketpair", "connect", "bind", "listen"])
+def test_a_listener_opens_no_socket_connection_or_listener(listener: bytes, name: str) -> None:
+    assert name in seccomp.LISTENER_DENIED
+    assert run_bpf(listener, nr(name), (2, 1, 0)) == EPERM
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["accept4", "accept", "read", "write", "sendmsg", "recvmsg", "epoll_wait", "close", "futex"],
+)
+def test_a_listener_still_accepts_and_serves(listener: bytes, name: str) -> None:
+    assert run_bpf(listener, nr(name), (3, 0, 0)) == ALLOW
+
+
+def test_a_listener_called_through_another_abi_is_killed(listener: bytes) -> None:
+    if pyseccomp.system_arch() != 0xC000003E:
+        pytest.skip("x86_64 only")
+    # i386's socketcall (102) multiplexes socket and connect there.
+    assert run_bpf(listener, 102, arch=AUDIT_ARCH_I386) == KILL_PROCESS
+
+
+def test_the_listener_filter_is_written_beside_the_sandboxs(tmp_path: Path) -> None:
+    directory = tmp_path / "sandbox"
+    path = seccomp.install(directory, listener=True)
+    assert path.name.startswith("listener-") and path.parent == directory
+    assert path.read_bytes() == seccomp.compile_bpf(seccomp.build_listener())
+    assert path != seccomp.install(directory)
