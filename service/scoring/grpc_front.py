@@ -112,7 +112,10 @@ def _open_listener_filter() -> int | None:
     except sandbox.SandboxUnavailable as e:
         log.warning("scoring: the gRPC front runs without its network filter: %s", e)
         return None
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:  # made, then taken away: not a front without it
+        raise RuntimeError(f"the gRPC front's network filter cannot be read: {e}") from e
 
 
 def _frame(kind: int, call: int, payload: bytes = b"") -> bytes:
@@ -384,10 +387,11 @@ class FrontServer:
         self.max_receive = max_receive
         address = f"{self.host}:{port}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        filter_fd = _open_listener_filter()
-        self.filtered = filter_fd is not None
-        passed = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
+        filter_fd = None
         try:
+            filter_fd = _open_listener_filter()
+            self.filtered = filter_fd is not None
+            passed = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
             command, self.sandboxed = front_command(
                 self.binary, theirs.fileno(), address, max_receive, self.hidden, filter_fd
             )
@@ -400,6 +404,9 @@ class FrontServer:
                 start_new_session=True,
                 cwd="/",
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
             if filter_fd is not None:

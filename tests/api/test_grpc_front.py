@@ -323,6 +323,19 @@ def test_a_filter_the_front_cannot_load_is_a_clear_error(
     asyncio.run(main())
 
 
+def test_a_filter_that_cannot_be_read_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A front is not started without the filter that was made for it."""
+    monkeypatch.setattr(sandbox, "listener_filter", lambda: str(tmp_path / "gone.bpf"))
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="network filter cannot be read"):
+            await started({ECHO: handler(echo)}, Callers())
+
+    asyncio.run(main())
+
+
 def _descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
