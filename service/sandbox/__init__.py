@@ -158,6 +158,13 @@ def listener_filter() -> str:
         raise SandboxUnavailable(str(e)) from e
 
 
+def open_listener_filter() -> int:
+    """`listener_filter()` open for reading, close-on-exec (a child gets it through
+    `pass_fds`). SandboxUnavailable if it cannot be made; OSError if it was made and
+    cannot be opened."""
+    return os.open(listener_filter(), os.O_RDONLY | os.O_CLOEXEC)
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     # Bound read-write at the same paths: the job's own directories.

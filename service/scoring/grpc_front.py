@@ -108,12 +108,10 @@ def _open_listener_filter() -> int | None:
     """The listening server's filter, open for the front to read; None (and a warning)
     where it cannot be made."""
     try:
-        path = sandbox.listener_filter()
+        return sandbox.open_listener_filter()
     except sandbox.SandboxUnavailable as e:
         log.warning("scoring: the gRPC front runs without its network filter: %s", e)
         return None
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:  # made, then taken away: not a front without it
         raise RuntimeError(f"the gRPC front's network filter cannot be read: {e}") from e
 

@@ -24,13 +24,13 @@ def _process(proc: Path, pid: int, name: str, utime: int, stime: int, command: b
 
 def test_cpu_times_reads_each_process_in_seconds(tmp_path: Path) -> None:
     tick = os.sysconf("SC_CLK_TCK")
-    _process(tmp_path, 7, "python", 3 * tick, tick, b"python\0-m\0uvicorn\0")
+    _process(tmp_path, 7, "python", 3 * tick, tick, b"python\0-m\0worker\0")
     _process(tmp_path, 9, "odd) (name", tick // 2, 0, b"front\0--fd\x003\0")
     (tmp_path / "self").mkdir()  # not a process's folder
     (tmp_path / "12").mkdir()  # a process that ended while /proc was read: no stat
     found = cpu_times(tmp_path)
     assert found == {
-        7: CpuTime(3.0, 1.0, "python -m uvicorn"),
+        7: CpuTime(3.0, 1.0, "python -m worker"),
         9: CpuTime(0.5, 0.0, "front --fd 3"),
     }
 
