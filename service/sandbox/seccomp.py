@@ -173,13 +173,19 @@ def arg_rules() -> tuple[ArgRule, ...]:
     return (*clone, *ioctl, *personality_rules())
 
 
+def _allowing(sc: Any) -> Any:
+    """A filter that allows by default, for this machine's architecture. A call from
+    another ABI than the machine's (i386's int 0x80, x32) kills the process: its numbers
+    are another table's, which no rule here covers."""
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    return flt
+
+
 def build() -> Any:
     """The filter (a `pyseccomp.SyscallFilter`), for this machine's architecture."""
     sc = _seccomp()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    # A call from another ABI than the machine's (i386's int 0x80, x32) kills the process:
-    # its numbers are another table's, which these rules do not cover.
-    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    flt = _allowing(sc)
     # Rules as a binary tree of syscall numbers, not a list (libseccomp 2.5 and later).
     with contextlib.suppress(OSError):
         flt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
@@ -212,8 +218,7 @@ LISTENER_DENIED: dict[str, str] = {
 def build_listener() -> Any:
     """The listening server's filter (LISTENER_DENIED), for this machine's architecture."""
     sc = _seccomp()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    flt = _allowing(sc)
     for name in LISTENER_DENIED:
         flt.add_rule(sc.ERRNO(errno.EPERM), name)
     return flt
