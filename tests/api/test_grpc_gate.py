@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.platform import Platform
-from service.scoring import grpc_api, grpc_front
+from service.scoring import front_protocol, grpc_api
 from service.scoring.grpc_gate import peer_host
 from service.settings import Settings
 from tests.conftest import create_tenant
@@ -76,17 +76,17 @@ class FromTheFront:
 @pytest.fixture
 def received(monkeypatch: pytest.MonkeyPatch) -> FromTheFront:
     seen = FromTheFront()
-    arrived = grpc_front.FrontProtocol._received
+    arrived = front_protocol.FrontProtocol._received
 
-    def counting(self: grpc_front.FrontProtocol, kind: int, call: int, payload: bytes) -> None:
-        if kind == grpc_front.MESSAGE:
+    def counting(self: front_protocol.FrontProtocol, kind: int, call: int, payload: bytes) -> None:
+        if kind == front_protocol.MESSAGE:
             seen.messages.append(len(payload))
-        if kind == grpc_front.CALL:
+        if kind == front_protocol.CALL:
             flags = int.from_bytes(payload[:4], "little")
-            seen.read_unchecked.append(bool(flags & grpc_front.READING))
+            seen.read_unchecked.append(bool(flags & front_protocol.READING))
         arrived(self, kind, call, payload)
 
-    monkeypatch.setattr(grpc_front.FrontProtocol, "_received", counting)
+    monkeypatch.setattr(front_protocol.FrontProtocol, "_received", counting)
     return seen
 
 
