@@ -35,13 +35,13 @@ _HEAD = struct.Struct("<IBQ")  # length, type, call id
 _U32 = struct.Struct("<I")
 
 
-def frame(kind: int, call: int, payload: bytes = b"") -> bytes:
+def _frame(kind: int, call: int, payload: bytes = b"") -> bytes:
     return _HEAD.pack(9 + len(payload), kind, call) + payload
 
 
 def stop_frame(grace: float | None) -> bytes:
     """STOP: the front refuses new calls and ends those under way after `grace` seconds."""
-    return frame(STOP, 0, _U32.pack(int((grace or 0) * 1000)))
+    return _frame(STOP, 0, _U32.pack(int((grace or 0) * 1000)))
 
 
 def _string(data: bytes) -> bytes:
@@ -229,7 +229,7 @@ class FrontProtocol(asyncio.Protocol):
             approved = True
             if call.message is None:
                 call.message = self.loop.create_future()
-                self.send(frame(PROCEED, call_id))
+                self.send(_frame(PROCEED, call_id))
             body = await call.message
             if body is None:
                 await refuse(context, BadRequest(SENT_NO_MESSAGE))
@@ -268,4 +268,4 @@ def _finish(call_id: int, context: FrontContext, answer: bytes, approved: bool) 
         parts.append(_string(value if isinstance(value, bytes) else value.encode("latin-1")))
     if code == 0:
         parts.append(answer)
-    return frame(FINISH, call_id, b"".join(parts))
+    return _frame(FINISH, call_id, b"".join(parts))
