@@ -27,6 +27,7 @@ from service.logs.files import FileLogStore
 from service.sandbox.limits import Enforcement
 from service.storage.config import StoreConfig
 from service.storage.local import LocalObjectStore
+from worker.launchers.plan import learner_shell
 from worker.learner.host import LocalHost
 from worker.learner.spec import LearnerSpec
 
@@ -89,6 +90,20 @@ SCRIPTS = {
         print("ready", os.getpid(), child.pid, flush=True)
         while True:
             time.sleep(0.05)
+    """,
+    "grace.py": """
+        import os, signal, sys, time
+        def on_term(signum, frame):  # a last checkpoint, in the stop's grace period
+            print("got SIGTERM", flush=True)
+            time.sleep(0.5)
+            path = os.path.join(os.environ["CHECKPOINT_DIR"], "last")
+            with open(path, "w") as f:
+                f.write("saved")
+            print("checkpointed in the grace period", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        print("ready", flush=True)
+        time.sleep(60)
     """,
     "latency.py": """
         import time
@@ -349,6 +364,44 @@ def test_sigterm_halts_the_whole_process_group(tmp_path: Path, mode: str) -> Non
         assert status["message"] == "learner 1 was stopped"
         assert elapsed < GRACE  # it stopped on TERM: no need to wait out the grace
     assert learner.keys() == {f"{PREFIX}learner-1/training-log.txt"}
+
+
+@pytest.mark.skipif(not sandbox.probe().available, reason=sandbox.probe().why)
+@pytest.mark.parametrize("through", ["exec", "learner shell"])
+def test_a_stopped_command_in_the_sandbox_gets_its_grace_period(
+    tmp_path: Path, through: str
+) -> None:
+    """The stop's SIGTERM reaches the command and not the sandbox around it, nor the
+    learner's shell: bubblewrap, killed by it, would take the command's PID namespace
+    with it, and a shell would die of it at once and end the sandbox so. The command's
+    handler runs to its end."""
+    base = tmp_path / "learner-1"
+    writable = tuple(str(base / d) for d in ("model", "data", "result", "logs", "checkpoint"))
+    for d in writable:
+        Path(d).mkdir(parents=True)
+    policy = sandbox.SandboxPolicy(writable=writable, readonly=sandbox.runtime_paths())
+    argv = {
+        "exec": [sys.executable, "grace.py"],
+        "learner shell": list(learner_shell(f"{sys.executable} grace.py")),
+    }[through]
+    prefix = sandbox.argv(policy, sandbox.require())
+    # A grace period well past the handler's half second, however loaded the machine.
+    grace = 10
+    learner = Learner(tmp_path, [], argv=argv, run_prefix=prefix, stop_grace_seconds=grace)
+    proc = learner.start()
+    try:
+        learner.wait_for_line("ready")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=grace + 5) == 143
+    finally:
+        learner.kill()
+    lines = learner.uploaded_log_lines()
+    assert lines[-2:] == ["got SIGTERM", "checkpointed in the grace period"], lines
+    assert (base / "checkpoint" / "last").read_text() == "saved"
+    status = learner.status
+    assert status["phase"] == "HALTED"
+    assert status["exit_code"] == (0 if through == "exec" else -signal.SIGTERM), status
+    assert status["message"] == "learner 1 was stopped"
 
 
 def test_sigterm_before_the_command_starts_halts_at_once(tmp_path: Path) -> None:

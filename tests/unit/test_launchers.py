@@ -11,6 +11,7 @@ from worker.launchers import plan_launch
 from worker.launchers.plan import (
     DLAAS_CONVENTIONS,
     FFDL_CONVENTIONS,
+    STOP_TRAP,
     Addressing,
     MpiSetup,
     Role,
@@ -57,7 +58,9 @@ def test_tensorflow_roles(nodes: int, ps: int, roles: list[str], primaries: list
     plan = plan_launch(spec(nodes=nodes, ps=ps), Addressing.per_learner_hosts("p", nodes), None)
     assert [lp.role.value for lp in plan.learners] == roles
     assert list(plan.primaries) == primaries
-    assert all(lp.argv == ("/bin/sh", "-c", "python3 train.py --steps 5") for lp in plan.learners)
+    # The shell waits for the command's programs on a stop (their grace period).
+    command = STOP_TRAP + "python3 train.py --steps 5"
+    assert all(lp.argv == ("/bin/sh", "-c", command) for lp in plan.learners)
 
 
 def test_tensorflow_single_learner_env() -> None:

@@ -165,3 +165,18 @@ def convention_directories(conventions: str, directories: Mapping[str, str]) -> 
 def shell(command: str) -> tuple[str, ...]:
     """The user's command as the manifest gives it: one shell command line."""
     return ("/bin/sh", "-c", command)
+
+
+# Before the command in a learner's shell: a SIGTERM (which the learner sends the whole
+# process group on a stop) waits for the program running in the foreground, then ends the
+# shell as the signal would have. A shell without it dies of the signal at once, and with
+# it a sandbox's PID namespace, which SIGKILLs the program before its own handler (a last
+# checkpoint in its grace period) has run. The program gets the signal itself (a trap's
+# action is not inherited), so one without a handler still ends at once.
+STOP_TRAP = "trap 'trap - TERM; kill -TERM $$' TERM; "
+
+
+def learner_shell(command: str) -> tuple[str, ...]:
+    """`shell` for a command the learner's supervision stops (worker.learner.supervision):
+    its programs get their grace period (STOP_TRAP)."""
+    return ("/bin/sh", "-c", STOP_TRAP + command)

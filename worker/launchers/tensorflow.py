@@ -19,7 +19,7 @@ from worker.launchers.plan import (
     Role,
     TrainingSpec,
     base_env,
-    shell,
+    learner_shell,
 )
 
 
@@ -30,7 +30,7 @@ def plan_tensorflow(spec: TrainingSpec, addressing: Addressing) -> LaunchPlan:
             hostname=addressing.hostnames[0],
             role=Role.SINGLE,
             primary=True,
-            argv=shell(spec.command),
+            argv=learner_shell(spec.command),
             env=base_env(spec, addressing, 1),
         )
         return LaunchPlan(spec.training_id, (learner,), conventions=spec.conventions)
@@ -53,7 +53,7 @@ def plan_tensorflow(spec: TrainingSpec, addressing: Addressing) -> LaunchPlan:
                 hostname=addressing.hostnames[i - 1],
                 role=Role.PARAMETER_SERVER if is_ps else Role.WORKER,
                 primary=not is_ps,
-                argv=shell(spec.command),
+                argv=learner_shell(spec.command),
                 env=env,
             )
         )

@@ -176,7 +176,8 @@ class Learner:
         try:
             limits.prepare(self.enforcement)
             proc = self.supervisor.start(
-                [*self.run_prefix, *spec.argv],
+                list(spec.argv),
+                prefix=self.run_prefix,
                 cwd=spec.model_dir,
                 env=spec.env,
                 before_exec=self._before_exec(),

@@ -4,6 +4,12 @@ SIGTERM is forwarded to the command's group and followed by SIGKILL after the gr
 period; whatever the command left running in its group is killed once it exits (as a
 container's end would). In a sandbox the group's first process is bubblewrap, whose
 PID namespace takes every process of the command with it.
+
+The grace period is the command's own: the processes of a prefix the command runs
+through (the learner network's `nsenter`, the sandbox's launcher and `bwrap`) ignore
+SIGTERM, and `env --default-signal=TERM` gives it back its default just before the
+command. Were bubblewrap to take the group's SIGTERM, it would die of it at once and
+its PID namespace would SIGKILL the command, whose handler (a last checkpoint) never ran.
 """
 
 from __future__ import annotations
@@ -14,9 +20,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 _POLL_SECONDS = 0.05
+# Between a prefix and the command: SIGTERM at its default again, whatever the prefix's
+# processes ignore (coreutils' env, by its path: the system every sandbox sees holds it,
+# and no PATH the command's environment names is searched for it).
+_DEFAULT_TERM = ("/usr/bin/env", "--default-signal=TERM", "--")
 
 
 def killpg(pgid: int, sig: signal.Signals) -> None:
@@ -50,6 +60,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.term_sent_at: float | None = None
         self.kill_sent = False
+        self.through_prefix = False
 
     def start(
         self,
@@ -58,17 +69,30 @@ class Supervisor:
         cwd: str,
         env: dict[str, str],
         before_exec: Callable[[], None] | None = None,
+        prefix: Sequence[str] = (),
     ) -> subprocess.Popen[bytes]:
-        """The command with its output on a pipe, in a process group of its own."""
+        """The command (`argv`, run through `prefix`: a sandbox, a network to enter) with
+        its output on a pipe, in a process group of its own; SIGTERM to the group reaches
+        the command alone (see the module's docstring)."""
+        full = [*prefix, *_DEFAULT_TERM, *argv] if prefix else list(argv)
+        self.through_prefix = bool(prefix)
+
+        def child_setup() -> None:
+            if prefix:  # inherited through every exec of the prefix, undone by env
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if before_exec is not None:
+                before_exec()
+
         self.child = subprocess.Popen(
-            argv,
+            full,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, signalled as a whole
-            preexec_fn=before_exec,  # the wrapper has no other thread yet
+            # The wrapper has no other thread yet.
+            preexec_fn=child_setup if prefix or before_exec is not None else None,
         )
         return self.child
 
@@ -109,7 +133,12 @@ class Supervisor:
         halted = self.stop_requested
         killpg(proc.pid, signal.SIGKILL)
         self.child = None
-        return proc.wait(), halted
+        code = proc.wait()
+        if halted and self.through_prefix and code == 128 + signal.SIGTERM:
+            # A sandbox reports its command's death by a signal as 128 + the signal
+            # (bubblewrap does); a stopped command is reported as without one.
+            code = -signal.SIGTERM
+        return code, halted
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """Leave nothing running (supervision itself failed)."""
