@@ -33,8 +33,18 @@ pytestmark = pytest.mark.integration
 # (CHECKPOINT_DIR is shared): a learner that started late on a loaded machine and was
 # stopped before its first checkpoint would start its next attempt from nothing, take it
 # for a first one and exit 3 again (the run then FAILED instead of COMPLETED).
+# A learner stopped for the retry (SIGTERM, then its grace period) ends at the end of its
+# step, as a program that checkpoints does: a step's checkpoint and the line that logs it
+# are one. Killed between them, it would resume from a step its log never showed.
 TRAIN = """
-import os, pathlib, sys, time
+import os, pathlib, signal, sys, time
+stopping = committing = False
+def on_term(signum, frame):
+    global stopping
+    stopping = True
+    if not committing:
+        sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, on_term)
 ckpt_dir = pathlib.Path(os.environ["CHECKPOINT_DIR"])
 ckpt = ckpt_dir / ("step-" + os.environ["LEARNER_ID"])
 everyone = [ckpt_dir / f"step-{i}" for i in range(1, int(os.environ["NUM_LEARNERS"]) + 1)]
@@ -47,10 +57,14 @@ for step in range(start + 1, steps + 1):
         while not all(p.exists() for p in everyone):
             time.sleep(0.05)
     time.sleep(0.05)
+    committing = True
     tmp = ckpt.with_suffix(".tmp")
     tmp.write_text(str(step))
     tmp.replace(ckpt)
     print(f"step {step} checkpointed", flush=True)
+    committing = False
+    if stopping:
+        sys.exit(128 + signal.SIGTERM)
     if (mode == "always3" and step == start + 2) or (mode == "exit3" and step == 5 and not start):
         sys.exit(3)
     if step == 5 and start == 0 and mode == "hang":
@@ -184,8 +198,8 @@ def test_a_listed_exit_code_is_retried_and_resumes(live: LivePlatform, code: Pat
     assert done["status"] == "COMPLETED", done
     assert done["attempt"] == 2
     log = live.logs(t["id"])
-    # Learner 1 or 2 exited at step 5; the other was stopped wherever it was: each resumed
-    # from the step it had reached.
+    # Learner 1 or 2 exited at step 5; the other was stopped at the end of its step: each
+    # resumed from the step it had reached.
     for learner in (1, 2):
         assert resumed_steps(log, learner) == [reached_in_first_attempt(log, learner)]
     assert 5 in [reached_in_first_attempt(log, learner) for learner in (1, 2)]
