@@ -40,13 +40,19 @@ from worker.launchers.torchrun import script_argv
 
 RUNTIME = "pytorch2.13"
 EXAMPLE = ROOT / "examples" / "pytorch-ddp"
+# One operator thread per learner, on both sides: the two learners share this machine's
+# cores, and with torch's default (a thread per core each) the job oversubscribed them,
+# its OpenMP threads spinning while they waited for each other; the same commands by hand
+# then took 14-25 s from one run to the next and the pairs read 0.85-1.41.
+THREADS = " --threads 1"
 
 
 def command(samples: int) -> str:
-    """The training: the torchscript exporter at the end (about a second) on both sides."""
+    """The training: the torchscript exporter at the end (about a second) and one operator
+    thread per learner, on both sides."""
     return (
         f"python train.py --epochs 4 --samples {samples} --batch-size 256 "
-        "--onnx-exporter torchscript"
+        f"--onnx-exporter torchscript{THREADS}"
     )
 
 

@@ -86,7 +86,13 @@ def main() -> None:
     # a node lost mid-run would: a retry resumes from it.
     parser.add_argument("--hang-after", type=int, default=0)
     parser.add_argument("--onnx-exporter", choices=("dynamo", "torchscript"), default="dynamo")
+    # Threads for torch's operators (default: torch's, one per CPU). Learners sharing one
+    # machine's CPUs each start that many; 1 keeps two learners on two CPUs from
+    # oversubscribing them, as torchrun's own OMP_NUM_THREADS=1 does for its local workers.
+    parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     # DDP: one process group over every process torchrun started (backend by device:
     # Gloo for CPU tensors, NCCL for CUDA ones).
