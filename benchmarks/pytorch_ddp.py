@@ -33,7 +33,16 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, Platform, Row, dlaas_up, free_port, median
+from benchmarks.common import (
+    ROOT,
+    Platform,
+    Row,
+    dlaas_up,
+    free_port,
+    machine_cpu,
+    median,
+    steal_share,
+)
 from benchmarks.ddl_allreduce import runtimes_dir
 from service import runtimes
 from worker.launchers.torchrun import script_argv
@@ -144,14 +153,24 @@ def run(quick: bool) -> list[Row]:
         # Warm-up: the worker's first task, and torch's files in the page cache.
         through_platform(platform, http, 512)
         starts: list[float] = []
+        platform_steal: list[float | None] = []
+        hand_steal: list[float | None] = []
+
+        def hand() -> None:
+            cpu = machine_cpu()
+            hand_times.append(by_hand(runtime, samples))
+            hand_steal.append(steal_share(cpu, machine_cpu()))
+
         for i in range(pairs_wanted):
             if i % 2:
-                hand_times.append(by_hand(runtime, samples))
+                hand()
+            cpu = machine_cpu()
             took, start = through_platform(platform, http, samples)
+            platform_steal.append(steal_share(cpu, machine_cpu()))
             platform_times.append(took)
             starts.append(start)
             if not i % 2:
-                hand_times.append(by_hand(runtime, samples))
+                hand()
     pairs = [p / h for p, h in zip(platform_times, hand_times, strict=True)]
     return [
         Row(
@@ -168,6 +187,9 @@ def run(quick: bool) -> list[Row]:
                 "learners": 2,
                 "samples": samples,
                 "submit_to_running_s": [round(x, 3) for x in starts],
+                # The hypervisor's share of the CPUs during each run (/proc/stat's steal).
+                "platform_steal_share": platform_steal,
+                "by_hand_steal_share": hand_steal,
                 "target": "ratio <= 1.05",
             },
         ).emit()

@@ -9,7 +9,9 @@ files that measure them run, told which rows are wanted (a file that can measure
 fewer rows does: `scoring` trains and measures only the models named), and only those
 rows are printed at the end. Every row of ROWS is printed at the end of a run, measured
 or not: a row that was not measured says why (its file failed, was not asked for, or is
-not written yet).
+not written yet). Each file's end line, and each of its rows' `detail.steal_share`, say
+what share of the machine's CPU time the hypervisor gave to other guests while it ran
+(/proc/stat's steal): a VM's noise that the paired baselines cancel only in part.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row
+from benchmarks.common import Row, machine_cpu, steal_share
 
 BENCHMARKS = [
     "latency",
@@ -118,12 +120,22 @@ def main() -> int:
             missing.append(name)
             print(f"== {name}: not written yet", file=sys.stderr, flush=True)
             continue
+        cpu = machine_cpu()
         try:
-            rows.extend(run_file(name, args.quick, args.rows))
+            measured = run_file(name, args.quick, args.rows)
         except Exception:
             traceback.print_exc()
             failed.append(name)
-        print(f"== {name}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+            measured = []
+        stolen = steal_share(cpu, machine_cpu())
+        for row in measured:
+            row.detail.setdefault("steal_share", stolen)
+        rows.extend(measured)
+        print(
+            f"== {name}: {finished(time.monotonic() - started, stolen)}",
+            file=sys.stderr,
+            flush=True,
+        )
     rows = [r for r in rows if wanted(r.name, args.rows)]
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
@@ -132,6 +144,14 @@ def main() -> int:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def finished(seconds: float, stolen: float | None) -> str:
+    """How long a benchmark file ran, and how much of the machine's CPU time the
+    hypervisor gave to other guests meanwhile (steal: no code of ours can win it back)."""
+    if stolen is None:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.0f} s, steal {stolen:.1%} of the CPUs' time"
 
 
 def summary(

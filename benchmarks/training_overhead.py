@@ -23,7 +23,16 @@ import httpx
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Platform, Row, dlaas_up, manifest, median, zip_code
+from benchmarks.common import (
+    Platform,
+    Row,
+    dlaas_up,
+    machine_cpu,
+    manifest,
+    median,
+    steal_share,
+    zip_code,
+)
 
 # Deterministic CPU work: the same number of iterations whoever runs it.
 WORK = """
@@ -109,14 +118,24 @@ def run(quick: bool) -> list[Row]:
             http, manifest("true", nodes=2, parameter_servers=0), zip_code({"a.py": ""})
         )
         platform.wait(http, warm["id"], {"COMPLETED"})
+        platform_steal: list[float | None] = []
+        direct_steal: list[float | None] = []
+
+        def by_hand() -> None:
+            cpu = machine_cpu()
+            direct_times.append(direct(rounds))
+            direct_steal.append(steal_share(cpu, machine_cpu()))
+
         for i in range(repeats):
             if i % 2:
-                direct_times.append(direct(rounds))
+                by_hand()
+            cpu = machine_cpu()
             elapsed, to_running = through_platform(platform, http, rounds)
+            platform_steal.append(steal_share(cpu, machine_cpu()))
             platform_times.append(elapsed)
             starts.append(to_running)
             if not i % 2:
-                direct_times.append(direct(rounds))
+                by_hand()
     through, by_hand = median(platform_times), median(direct_times)
     pairs = [p / d for p, d in zip(platform_times, direct_times, strict=True)]
     return [
@@ -132,6 +151,9 @@ def run(quick: bool) -> list[Row]:
                 "platform_runs": [round(x, 2) for x in platform_times],
                 "direct_runs": [round(x, 2) for x in direct_times],
                 "submit_to_running_s": [round(x, 2) for x in starts],
+                # The hypervisor's share of the CPUs during each run (/proc/stat's steal).
+                "platform_steal_share": platform_steal,
+                "direct_steal_share": direct_steal,
                 "learners": 2,
                 "target": "ratio <= 1.05",
             },

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import common
-from benchmarks.common import CpuTime, cpu_report, cpu_times
+from benchmarks.common import CpuTime, MachineCpu, cpu_report, cpu_times, machine_cpu, steal_share
 
 
 def _process(proc: Path, pid: int, name: str, utime: int, stime: int, command: bytes) -> None:
@@ -64,3 +64,43 @@ def test_this_process_is_seen_using_the_cpu_it_burns(
     mine = [line for line in err.splitlines() if f"  {os.getpid()} " in line]
     assert len(mine) == 1, err
     assert float(mine[0].split("%")[0]) >= 20.0  # 0.3 s of CPU over about as long
+
+
+def _stat(path: Path, first: str) -> Path:
+    path.write_text(f"{first}\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 12345\n")
+    return path
+
+
+def test_the_machine_cpu_is_read_from_proc_stat_first_line(tmp_path: Path) -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest is in user.
+    stat = _stat(tmp_path / "stat", "cpu  600 0 100 250 10 0 15 25 40 0")
+    assert machine_cpu(stat) == MachineCpu(total=1000, stolen=25)
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["cpu  600 0 100 250 10 0 15", "intr 1 2 3 4 5 6 7 8 9", "cpu 1 2 3 4 5 6 7 x"],
+)
+def test_a_stat_line_without_steal_is_not_read(tmp_path: Path, first: str) -> None:
+    assert machine_cpu(_stat(tmp_path / "stat", first)) is None
+
+
+def test_no_stat_file_is_no_reading(tmp_path: Path) -> None:
+    assert machine_cpu(tmp_path / "missing") is None
+
+
+def test_steal_is_the_share_of_the_cpu_time_between_two_readings() -> None:
+    before, after = MachineCpu(total=10_000, stolen=100), MachineCpu(total=12_000, stolen=340)
+    assert steal_share(before, after) == 0.12  # 240 of 2,000 ticks
+    assert steal_share(None, after) is None
+    assert steal_share(after, after) is None  # no time between them: no share
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc")
+def test_this_machine_has_a_reading_and_its_share_is_a_fraction() -> None:
+    before = machine_cpu()
+    end = time.process_time() + 0.1
+    while time.process_time() < end:
+        pass
+    share = steal_share(before, machine_cpu())
+    assert share is not None and 0.0 <= share <= 1.0

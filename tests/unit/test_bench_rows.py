@@ -54,3 +54,8 @@ def test_the_summary_says_why_a_row_has_no_figure(capsys: pytest.CaptureFixture[
     assert out["api_get_training"] == "not measured: benchmarks/api.py failed"
     assert out["training_overhead"] == "not measured: not asked for"
     assert out["pytorch_ddp_overhead"] == "not measured: not asked for"
+
+
+def test_a_file_s_end_line_says_what_the_hypervisor_took() -> None:
+    assert run.finished(61.4, 0.123) == "61 s, steal 12.3% of the CPUs' time"
+    assert run.finished(61.4, None) == "61 s"
