@@ -291,6 +291,14 @@ def steal_share(before: MachineCpu | None, after: MachineCpu | None) -> float | 
 
 
 @contextmanager
+def steal_into(shares: list[float | None]) -> Iterator[None]:
+    """Append to `shares` the steal_share of the machine over the block."""
+    before = machine_cpu()
+    yield
+    shares.append(steal_share(before, machine_cpu()))
+
+
+@contextmanager
 def profiled(pid: int, name: str) -> Iterator[None]:
     """Sample process `pid` and its children with py-spy while the block runs, if
     BENCH_PROFILE_DIR names a folder: collapsed stacks in `<dir>/<name>.txt` (summarise

@@ -39,9 +39,8 @@ from benchmarks.common import (
     Row,
     dlaas_up,
     free_port,
-    machine_cpu,
     median,
-    steal_share,
+    steal_into,
 )
 from benchmarks.ddl_allreduce import runtimes_dir
 from service import runtimes
@@ -155,22 +154,17 @@ def run(quick: bool) -> list[Row]:
         starts: list[float] = []
         platform_steal: list[float | None] = []
         hand_steal: list[float | None] = []
-
-        def hand() -> None:
-            cpu = machine_cpu()
-            hand_times.append(by_hand(runtime, samples))
-            hand_steal.append(steal_share(cpu, machine_cpu()))
-
         for i in range(pairs_wanted):
             if i % 2:
-                hand()
-            cpu = machine_cpu()
-            took, start = through_platform(platform, http, samples)
-            platform_steal.append(steal_share(cpu, machine_cpu()))
+                with steal_into(hand_steal):
+                    hand_times.append(by_hand(runtime, samples))
+            with steal_into(platform_steal):
+                took, start = through_platform(platform, http, samples)
             platform_times.append(took)
             starts.append(start)
             if not i % 2:
-                hand()
+                with steal_into(hand_steal):
+                    hand_times.append(by_hand(runtime, samples))
     pairs = [p / h for p, h in zip(platform_times, hand_times, strict=True)]
     return [
         Row(

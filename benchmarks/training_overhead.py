@@ -27,10 +27,9 @@ from benchmarks.common import (
     Platform,
     Row,
     dlaas_up,
-    machine_cpu,
     manifest,
     median,
-    steal_share,
+    steal_into,
     zip_code,
 )
 
@@ -120,22 +119,17 @@ def run(quick: bool) -> list[Row]:
         platform.wait(http, warm["id"], {"COMPLETED"})
         platform_steal: list[float | None] = []
         direct_steal: list[float | None] = []
-
-        def by_hand() -> None:
-            cpu = machine_cpu()
-            direct_times.append(direct(rounds))
-            direct_steal.append(steal_share(cpu, machine_cpu()))
-
         for i in range(repeats):
             if i % 2:
-                by_hand()
-            cpu = machine_cpu()
-            elapsed, to_running = through_platform(platform, http, rounds)
-            platform_steal.append(steal_share(cpu, machine_cpu()))
+                with steal_into(direct_steal):
+                    direct_times.append(direct(rounds))
+            with steal_into(platform_steal):
+                elapsed, to_running = through_platform(platform, http, rounds)
             platform_times.append(elapsed)
             starts.append(to_running)
             if not i % 2:
-                by_hand()
+                with steal_into(direct_steal):
+                    direct_times.append(direct(rounds))
     through, by_hand = median(platform_times), median(direct_times)
     pairs = [p / d for p, d in zip(platform_times, direct_times, strict=True)]
     return [

@@ -104,3 +104,13 @@ def test_this_machine_has_a_reading_and_its_share_is_a_fraction() -> None:
         pass
     share = steal_share(before, machine_cpu())
     assert share is not None and 0.0 <= share <= 1.0
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc")
+def test_a_block_appends_its_share() -> None:
+    shares: list[float | None] = [0.5]
+    with common.steal_into(shares):
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+    assert len(shares) == 2 and shares[1] is not None and 0.0 <= shares[1] <= 1.0
