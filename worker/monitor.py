@@ -17,31 +17,23 @@ backend saw change, those written since the last pass and those whose reconcilia
 failing, so a pass costs what changed, not what runs.
 
 It keeps no state that matters: killed and restarted at any time, it picks up from the
-database and the backend. Only one monitor acts at a time (a lock: PostgreSQL advisory
-lock, or a file lock beside the SQLite database).
+database and the backend. Only one monitor acts at a time (worker.leadership).
 
 Run it alone with `python -m worker.monitor`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Protocol
 
-from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from service.db import repository
 from service.db.models import Training, utcnow
-from service.db.session import DATABASE_UNAVAILABLE
 from service.dispatch import FINALIZE, LAUNCH, STOP
 from service.domain.gang_release import gang_release, releases, retries_after_releases
 from service.domain.lifecycle import Action, decide, passed_through
@@ -60,6 +52,7 @@ from service.trainings import (
 from worker.admitting import admit_queued, release_gang
 from worker.backends import make_backend
 from worker.backends.base import Backend, Observation, check_observation
+from worker.leadership import leadership
 from worker.porting_notes import with_porting_note
 
 log = logging.getLogger("dlaas.monitor")
@@ -74,7 +67,6 @@ STOP_RETRY = 10.0
 # A FINALIZE for a training the backend still holds is sent at most this often (it
 # stops learners with a grace period and stores logs: it takes seconds).
 FINALIZE_RETRY = 30.0
-_LOCK_ID = 0x444C4142
 # A training whose reconciliation raised in this many passes in a row, over at least this
 # long, is failed: an error that repeats is the training's, not a passing hiccup.
 FAILING_PASSES = 3
@@ -417,7 +409,10 @@ class Monitor:
         wakeup, urgent = self.platform.monitor_wakeup, self.platform.monitor_urgent
         # Woken by the API in this process (embedded) and at once by learners' status
         # changes (the backend's notifications); polling catches everything else.
-        with self._leadership(stop) as leader, self.backend.changes(self.platform.wake_monitor):
+        with (
+            leadership(self.platform, stop) as leader,
+            self.backend.changes(self.platform.wake_monitor),
+        ):
             log.info("monitor running (every %.2f s)", interval)
             admitted = float("-inf")  # when the last pass only submissions woke began
             while not stop.is_set():
@@ -438,94 +433,6 @@ class Monitor:
                     started, interval, wakeup, stop, urgent=urgent, admitted=admitted
                 ):
                     admitted = time.monotonic()
-
-    @contextlib.contextmanager
-    def _leadership(self, stop: threading.Event) -> Iterator[Leadership]:
-        """Wait until this is the only monitor acting on the platform."""
-        engine = self.platform.engine
-        if engine.dialect.name == "postgresql":
-            leader: Leadership = AdvisoryLock(engine, stop)
-        else:
-            leader = FileLock(self.platform.settings.home_dir / "monitor.lock", stop)
-        try:
-            leader.take()
-            yield leader
-        finally:
-            leader.release()
-
-
-class Leadership(Protocol):
-    def take(self) -> None:
-        """Block until this monitor leads (or it is asked to stop)."""
-        ...
-
-    def held(self) -> bool:
-        """Whether it still leads (a lock on a database connection goes with it)."""
-        ...
-
-    def release(self) -> None: ...
-
-
-class AdvisoryLock:
-    """PostgreSQL's session-level advisory lock, held on one connection of its own: a
-    database restart drops it (and the lock) and `held` says so."""
-
-    def __init__(self, engine: Engine, stop: threading.Event) -> None:
-        self.engine = engine
-        self.stop = stop
-        self.conn: Connection | None = None
-
-    def take(self) -> None:
-        while not self.stop.is_set():
-            try:
-                if self.conn is None:
-                    self.conn = self.engine.connect()
-                if repository.try_advisory_lock(self.conn, _LOCK_ID):
-                    return
-            except DATABASE_UNAVAILABLE:  # down or restarting: try again in a moment
-                self.release()
-            self.stop.wait(1.0)
-
-    def held(self) -> bool:
-        if self.conn is None:
-            return False
-        try:
-            repository.ping(self.conn)
-            self.conn.rollback()  # not left idle in a transaction; the lock is the session's
-        except DATABASE_UNAVAILABLE:
-            self.release()
-            return False
-        return True
-
-    def release(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-            self.conn = None
-
-
-class FileLock:
-    """An exclusive lock on a file beside the SQLite database (one machine)."""
-
-    def __init__(self, path: Path, stop: threading.Event) -> None:
-        self.file = open(path, "w")  # noqa: SIM115 - held for the monitor's lifetime
-        self.stop = stop
-        self.locked = False
-
-    def take(self) -> None:
-        while not self.stop.is_set():
-            try:
-                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.locked = True
-                return
-            except BlockingIOError:
-                self.stop.wait(1.0)
-
-    def held(self) -> bool:
-        return self.locked
-
-    def release(self) -> None:
-        self.file.close()
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ from service.db import repository
 from service.platform import Platform
 from service.settings import Settings
 from worker.backends.base import Observation, StartRequest
-from worker.monitor import _LOCK_ID, Monitor
+from worker.leadership import LOCK_ID
+from worker.monitor import Monitor
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ def lock_holder(platform: Platform) -> int | None:
                 "AND objid = :id AND database = (SELECT oid FROM pg_database "
                 "WHERE datname = current_database())"
             ),
-            {"id": _LOCK_ID},
+            {"id": LOCK_ID},
         ).scalar()
 
 
@@ -104,7 +105,7 @@ def test_a_monitor_whose_lock_is_dropped_stops_acting(tmp_path: Path, postgres_u
                 other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": holder})
                 other.commit()
                 deadline = time.monotonic() + 10
-                while not repository.try_advisory_lock(other, _LOCK_ID):
+                while not repository.try_advisory_lock(other, LOCK_ID):
                     assert time.monotonic() < deadline
                 time.sleep(0.3)  # the monitor notices within a pass
                 acted = monitor.passes
