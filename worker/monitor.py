@@ -8,7 +8,13 @@ learner's status changed or, in `dlaas up`, when the API wrote an intent) it
 2. admits queued trainings (worker.admitting, service.domain.admission: plan concurrency
    and learner slots, backend slots, gang start), moving them to PENDING and dispatching
    their launch;
-3. deletes terminal trainings whose deletion was requested while they ran.
+3. deletes terminal trainings whose deletion was requested while they ran: those it
+   ended in this pass at once, and those that ended elsewhere (a launch the worker
+   failed) by a sweep of the database on the first pass, every
+   DLAAS_MONITOR_FULL_PASS_SECONDS and after a deletion failed.
+
+A pass with nothing to do asks the database only what it must: the active trainings with
+their learners, and whether any tenant has a training queued.
 
 Which trainings a pass observes: every active one where the backend cannot say which
 changed (the local backend). Where it can (Kubernetes: its pod watch), a full pass every
@@ -138,6 +144,8 @@ class Monitor:
         self._full_every = timedelta(seconds=platform.settings.monitor_full_pass_seconds)
         self._last_full: datetime | None = None
         self._since = utcnow()
+        # When the database was last swept for trainings left to delete (None: due now).
+        self._last_sweep: datetime | None = None
 
     # -- one pass ------------------------------------------------------------------------
 
@@ -147,6 +155,7 @@ class Monitor:
         changed = self.backend.changed()
         full = changed is None or self._full_pass_due(now)
         outbox: list[tuple[str, str]] = []
+        ended: list[Training] = []  # those this pass ended, their deletion requested
         try:
             with self.platform.sessions() as session:
                 if full or changed is None:
@@ -159,7 +168,8 @@ class Monitor:
                     )
                 ids = [t.id for t in trainings]
                 for training_id, training in zip(ids, trainings, strict=True):
-                    self._reconcile_isolated(session, training_id, training, now, outbox)
+                    if self._reconcile_isolated(session, training_id, training, now, outbox):
+                        ended.append(training)
                 if full:
                     for training_id in set(self._failing) - set(ids):
                         del self._failing[training_id]  # ended, or deleted: no longer watched
@@ -173,7 +183,7 @@ class Monitor:
                 session.commit()
                 if full:
                     self._release_ended(session, set(ids), outbox)
-                self._delete_requested(session)
+                self._delete_requested(session, ended, now)
             if full:
                 self._last_full = now
             self._since = now
@@ -186,10 +196,12 @@ class Monitor:
         """Whether this pass reconciles every active training: the first, one every
         DLAAS_MONITOR_FULL_PASS_SECONDS (what only time changes: deadlines, launches sent
         again, pods missing for too long), and one after the clock went back."""
-        if self._last_full is None:
-            return True
-        since_full = now - self._last_full
-        return not timedelta(0) <= since_full < self._full_every
+        return self._due(self._last_full, now)
+
+    def _due(self, last: datetime | None, now: datetime) -> bool:
+        """Whether DLAAS_MONITOR_FULL_PASS_SECONDS passed since `last` (or it never was,
+        or the clock went back since)."""
+        return last is None or not timedelta(0) <= now - last < self._full_every
 
     def _reconcile_isolated(
         self,
@@ -198,9 +210,10 @@ class Monitor:
         training: Training,
         now: datetime,
         outbox: list[tuple[str, str]],
-    ) -> None:
+    ) -> bool:
         """Reconcile one training, committed on its own: whatever its learners reported and
-        whatever went wrong with it, the other trainings' reconciliation goes on.
+        whatever went wrong with it, the other trainings' reconciliation goes on. Returns
+        whether it ended, its deletion requested: it is deleted in this pass.
 
         A malformed report fails the training at once. Any other error is logged and the
         training's changes rolled back (a fresh transaction, so PostgreSQL's aborted state
@@ -229,9 +242,10 @@ class Monitor:
             )
             if passes >= FAILING_PASSES and now - first >= FAILING_GRACE:
                 self._give_up(session, training_id, training, now, outbox)
-            return
+            return False
         self._failing.pop(training_id, None)
         outbox.extend(sends)
+        return training.delete_requested_at is not None and TrainingState(training.status).terminal
 
     def _give_up(
         self,
@@ -305,7 +319,11 @@ class Monitor:
         note = clean_text("; ".join(report.notes)) if report.notes else None
         if note is not None and note != training.limits_note:
             training.limits_note = note
-        released = releases((e.status, e.message) for e in training.events)
+        # A release queues the training again as its next attempt: a first attempt had
+        # none, and its history is not read for them on every pass.
+        released = (
+            releases((e.status, e.message) for e in training.events) if training.attempt > 1 else 0
+        )
         release = gang_release(
             report.learners,
             observation.unschedulable,
@@ -373,17 +391,24 @@ class Monitor:
                 continue  # QUEUED (a launch on its way) or just admitted: not ended
             outbox.append((FINALIZE, training_id))
 
-    def _delete_requested(self, session: Session) -> None:
-        """Delete the trainings whose deletion was asked for, each committed on its own: one
-        that cannot be deleted now (its store is down) is tried again next pass, and does
-        not hold back the others."""
-        for training in repository.trainings_to_delete(session):
+    def _delete_requested(self, session: Session, ended: list[Training], now: datetime) -> None:
+        """Delete the trainings whose deletion was asked for while they ran, each committed
+        on its own: those this pass `ended`, or, when a sweep is due (the first pass, one
+        every DLAAS_MONITOR_FULL_PASS_SECONDS, the pass after a deletion failed), every
+        one the database holds: those that ended elsewhere (a launch the worker failed, a
+        monitor stopped between its two steps). One that cannot be deleted now (its store
+        is down) is tried again next pass, and does not hold back the others."""
+        if self._due(self._last_sweep, now):
+            ended = list(repository.trainings_to_delete(session))
+            self._last_sweep = now
+        for training in ended:
             training_id = training.id
             try:
                 delete_training(session, self.platform.store, self.platform.logs, training)
                 session.commit()
             except Exception:
                 session.rollback()
+                self._last_sweep = None
                 log.exception(
                     "training %s: could not be deleted; trying again next pass", training_id
                 )

@@ -4,9 +4,6 @@ the new attempt's launch is sent again only if it was lost, and a stop ends eith
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import timedelta
 
 import pytest
@@ -19,57 +16,13 @@ from service.dispatch import FINALIZE, LAUNCH
 from service.domain.lifecycle import LearnerObservation as L
 from service.platform import Platform
 from service.storage.base import ObjectStore, StoreUnavailable
-from tests.conftest import create_tenant, manifest_yaml, submit
+from tests.conftest import create_tenant, submit
+from tests.fakes import Broker, Learners, two_learners
 from worker import execution
-from worker.backends.base import Observation, StartRequest
+from worker.backends.base import Observation
 from worker.monitor import FINALIZE_RETRY, RESTART_RETRY, Monitor
 
 pytestmark = pytest.mark.integration
-
-
-class Learners:
-    """Two learners whose observation a test sets, attempt by attempt."""
-
-    def __init__(self) -> None:
-        self.now: Observation | None = None
-
-    def start(self, request: StartRequest) -> None:
-        raise AssertionError("the monitor never starts learners itself")
-
-    def observe(self, training_id: str) -> Observation | None:
-        return self.now
-
-    def stop(self, training_id: str) -> None:
-        pass
-
-    def cleanup(self, training_id: str) -> None:
-        pass
-
-    def save_checkpoints(self, training_id: str, store: ObjectStore, prefix: str) -> int | None:
-        return None
-
-    def unsandboxed_reason(self) -> str | None:
-        return None
-
-    def changed(self) -> set[str] | None:
-        return None
-
-    def held(self) -> list[str]:
-        return []
-
-    def slots(self) -> int:
-        return 8
-
-    def changes(self, wake: Callable[[], None]) -> AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-
-class Broker:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def send(self, task: str, training_id: str) -> None:
-        self.sent.append((task, training_id))
 
 
 RETRY = {"max_retries": 1, "retry_on_lost": True}
@@ -82,16 +35,7 @@ def setup(
     broker, learners = Broker(), Learners()
     monkeypatch.setattr(platform, "dispatcher", broker)
     headers = create_tenant(client, "retrying")
-    doc = manifest_yaml(
-        compute_configuration={"name": "P100", "nodes": 2},
-        framework={
-            "name": "tensorflow",
-            "version": "2.21",
-            "command": "python3 train.py",
-            "parameter_servers": 0,
-        },
-        retry_policy=RETRY,
-    )
+    doc = two_learners(retry_policy=RETRY)
     r = submit(client, headers, doc)
     assert r.status_code == 201, r.text
     return Monitor(platform, learners), learners, broker, r.json()["id"], headers

@@ -28,6 +28,7 @@ from service.storage import endpoints
 from service.storage.config import BucketLocation, StoreConfig
 from service.trainings import record_transition
 from tests.conftest import submit, zip_of
+from tests.fakes import Learners
 from tests.integration.platform_harness import LivePlatform, live_platform
 from tests.s3_server import (
     ACCESS_KEY,
@@ -360,25 +361,11 @@ def test_the_learner_checks_the_endpoint_again_and_connects_where_it_checked(
         assert not (tmp_path / name / "data").exists()
 
 
-class _Downloading:
-    """A backend whose only learner is downloading, with a given progress message."""
-
-    def __init__(self) -> None:
-        self.message = "downloading training data: 1 of 3 files"
-
-    def observe(self, training_id: str) -> Observation:
-        return Observation(
-            learners=(LearnerObservation(1, "DOWNLOADING", None, self.message),), primaries=(1,)
-        )
-
-    def changed(self) -> set[str] | None:
-        return None
-
-    def held(self) -> list[str]:
-        return []
-
-    def slots(self) -> int:
-        return 8
+def _downloading(message: str) -> Observation:
+    """Its only learner downloading, with a given progress message."""
+    return Observation(
+        learners=(LearnerObservation(1, "DOWNLOADING", None, message),), primaries=(1,)
+    )
 
 
 def test_the_monitor_shows_download_progress_without_a_transition(
@@ -391,13 +378,14 @@ def test_the_monitor_shows_download_progress_without_a_transition(
         record_transition(training, TrainingState.PENDING, "starting")
         record_transition(training, TrainingState.DOWNLOADING, None)
         session.commit()
-    backend = _Downloading()
-    monitor = Monitor(platform, backend)  # type: ignore[arg-type]
+    backend = Learners()
+    backend.now = _downloading("downloading training data: 1 of 3 files")
+    monitor = Monitor(platform, backend)
     monitor.tick()
     shown = client.get(f"/v1/trainings/{tid}", headers=tenant).json()
     assert shown["status"] == "DOWNLOADING"
     assert shown["status_message"] == "downloading training data: 1 of 3 files"
-    backend.message = "downloading training data: 2 of 3 files"
+    backend.now = _downloading("downloading training data: 2 of 3 files")
     monitor.tick()
     shown = client.get(f"/v1/trainings/{tid}", headers=tenant).json()
     assert shown["status_message"] == "downloading training data: 2 of 3 files"
