@@ -21,8 +21,9 @@ model process's connection by the loop itself (`LoopStart`: the frame written, t
 read as the socket is ready), with no thread between the request and the model process. A
 lone request goes at once; while a call runs, the requests that arrive are gathered and go
 as one call when it ends, or on a free connection once they hold READY_ROWS rows (they
-merge up to max_batch_size behind busy connections). Requests submitted from another
-thread go through the threaded batcher it is given.
+merge up to max_batch_size behind busy connections, while the model's larger calls cost no
+more per row than its calls of READY_ROWS: service.scoring.batch_sizes). Requests
+submitted from another thread go through the threaded batcher it is given.
 
 `DirectRunner` is the same interface without batching: each request is its own model
 call, `threads` of them at once.
@@ -43,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from service.scoring.batch_sizes import BatchSizes
 
 Tensors = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -317,6 +320,7 @@ class LoopBatcher:
         max_wait: float,
         arrivals: Arrivals | None = None,
         ready_rows: int = READY_ROWS,
+        sizes: BatchSizes | None = None,
     ) -> None:
         self._start = start
         self._threads = threads
@@ -324,6 +328,7 @@ class LoopBatcher:
         self.ready_rows = min(ready_rows, max_batch_size)
         self.max_wait = max_wait
         self._arrivals = arrivals
+        self._sizes = sizes or BatchSizes(self.ready_rows, max_batch_size)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: collections.deque[_LoopPending] = collections.deque()
         self._queued_rows = 0
@@ -389,6 +394,8 @@ class LoopBatcher:
             batch = self._take()
             if not batch:
                 continue
+            assert self._loop is not None
+            started = self._loop.time()
             try:
                 future = self._start(_merged(batch))
             except BaseException as e:
@@ -403,7 +410,9 @@ class LoopBatcher:
                     self._loop.call_later(_RETRY, self._pump)
                 return
             self._running += 1
-            future.add_done_callback(lambda f, batch=batch: self._finished(batch, f))  # type: ignore[misc]
+            future.add_done_callback(
+                lambda f, batch=batch, started=started: self._finished(batch, f, started)  # type: ignore[misc]
+            )
 
     def _coming(self) -> bool:
         return self._arrivals is not None and self._arrivals.pending > 0
@@ -414,20 +423,21 @@ class LoopBatcher:
 
     def _take(self) -> list[_LoopPending]:
         """The next batch: the first live request, and those after it of the same instance
-        shape while they fit."""
+        shape while they fit (in as many rows as `BatchSizes` says merges pay for)."""
         if self._waiting is not None:
             self._waiting.cancel()
             self._waiting = None
         batch: list[_LoopPending] = []
         rows = 0
         shape = None
+        limit = self._sizes.limit()
         while self._queue:
             p = self._queue[0]
             if p.future.done():  # cancelled: its caller went away
                 self._queue.popleft()
                 self._queued_rows -= p.rows
                 continue
-            if batch and (rows + p.rows > self.max_batch_size or _shape_of(p.tensors) != shape):
+            if batch and (rows + p.rows > limit or _shape_of(p.tensors) != shape):
                 break
             self._queue.popleft()
             self._queued_rows -= p.rows
@@ -436,7 +446,9 @@ class LoopBatcher:
             shape = _shape_of(p.tensors)
         return batch
 
-    def _finished(self, batch: list[_LoopPending], call: asyncio.Future[Outputs]) -> None:
+    def _finished(
+        self, batch: list[_LoopPending], call: asyncio.Future[Outputs], started: float
+    ) -> None:
         self._running -= 1
         try:
             outputs = call.result()
@@ -447,6 +459,8 @@ class LoopBatcher:
         except BaseException as e:
             _fail(batch, e)
         else:
+            assert self._loop is not None
+            self._sizes.record(total, self._loop.time() - started)
             start = 0
             for p in batch:
                 end = start + p.rows
