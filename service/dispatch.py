@@ -2,7 +2,7 @@
 
 The API and the monitor only need the broker, not the worker's code: tasks are sent by
 name. The embedded default needs no server: a directory under DLAAS_HOME is the broker,
-polled every 10 ms.
+polled every 20 ms (`polling_interval` below).
 """
 
 from __future__ import annotations
