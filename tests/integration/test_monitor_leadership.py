@@ -8,7 +8,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
@@ -18,39 +17,16 @@ from sqlalchemy import text
 from service.db import repository
 from service.platform import Platform
 from service.settings import Settings
-from worker.backends.base import Observation, StartRequest
+from tests.fakes import Learners
 from worker.leadership import LOCK_ID
 from worker.monitor import Monitor
 
 pytestmark = pytest.mark.integration
 
 
-class Idle:
-    def start(self, request: StartRequest) -> None: ...
-    def observe(self, training_id: str) -> Observation | None:
-        return None
-
-    def stop(self, training_id: str) -> None: ...
-    def cleanup(self, training_id: str) -> None: ...
-    def changed(self) -> set[str] | None:
-        return None
-
-    def held(self) -> list[str]:
-        return []
-
-    def slots(self) -> int:
-        return 1
-
-    def unsandboxed_reason(self) -> str | None:
-        return None
-
-    def changes(self, wake: Callable[[], None]) -> AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-
 class Counted(Monitor):
     def __init__(self, platform: Platform) -> None:
-        super().__init__(platform, Idle())  # type: ignore[arg-type]
+        super().__init__(platform, Learners())  # observes nothing; passes are only counted
         self.passes = 0
 
     def tick(self, now: datetime | None = None) -> None:
