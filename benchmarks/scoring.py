@@ -544,12 +544,13 @@ def batching_on_vs_off(bench: Bench, model: Model, deployment_id: str, args: Any
     on, off = [], []
     for _ in range(args.repeats):
         for samples, name in ((on, "batching"), (off, "no-batching")):
-            samples.append(
-                through_endpoint(
-                    bench, bench.urls[name], deployment_id, batch, BATCHING_CONCURRENCY,
-                    args.seconds,
-                )
-            )  # fmt: skip
+            with profiled(bench.processes[name].pid, f"{name}-{model.name}-b1"):
+                samples.append(
+                    through_endpoint(
+                        bench, bench.urls[name], deployment_id, batch, BATCHING_CONCURRENCY,
+                        args.seconds,
+                    )
+                )  # fmt: skip
     value, baseline = summarize(on), summarize(off)
     return Row(
         f"scoring_{model.name}_batching_c{BATCHING_CONCURRENCY}_b1_requests_per_s",

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, zip_code
+from benchmarks.common import Row, profiled, zip_code
 from benchmarks.scoring import (
     THROUGHPUT_CONCURRENCY,
     Bench,
@@ -107,11 +107,12 @@ def run(quick: bool) -> list[Row]:
             local, served = [], []
             for _ in range(repeats):
                 local.append(in_process(session, batch, seconds))
-                served.append(
-                    through_endpoint(
-                        bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, seconds
+                with profiled(bench.processes["batching"].pid, "rest-onnx-mlp-b64"):
+                    served.append(
+                        through_endpoint(
+                            bench, url, deployment_id, batch, THROUGHPUT_CONCURRENCY, seconds
+                        )
                     )
-                )
         finally:
             bench.stop_all()
     value, base = summarize(served), summarize(local)
