@@ -7,6 +7,12 @@ for 256 rows no longer fit the CPU's caches took 1.6 times as long per row in ca
 128-256 rows as in calls of 64 on one VM, so four merged batch-64 requests were answered
 at 0.52-0.65 of the rate the model reaches one request at a time.
 
+A call's cost is its share of the model's time: its wall time, divided among the calls
+running at once (the caller measures it: `loop_batching.LoopBatcher`). Wall time alone counts
+the model's time twice where two calls of `ready_rows` rows run side by side on the two
+connections, and makes them look twice as dear per row as a large merged call that has
+the cores to itself.
+
 `BatchSizes` keeps, per model, the mean cost per row of its calls of at most `ready_rows`
 rows ("small") and of larger ones ("large"), and says how many rows the next merged batch
 may hold: `max_batch_size` while large calls cost no more per row than small ones (within
@@ -54,7 +60,7 @@ class BatchSizes:
         self._batches = 0
 
     def record(self, rows: int, seconds: float) -> None:
-        """A call of `rows` rows took `seconds` (from its start to its answer)."""
+        """A call of `rows` rows took `seconds` of the model's time (its share)."""
         if rows <= 0 or seconds < 0:
             return
         (self._small if rows <= self.ready_rows else self._large).add(seconds / rows)

@@ -22,11 +22,11 @@ from service.scoring.batching import (
     Arrivals,
     DirectRunner,
     DynamicBatcher,
-    LoopBatcher,
     ModelUnloaded,
     Runner,
     Tensors,
 )
+from service.scoring.loop_batching import LoopBatcher
 from service.scoring.process import ModelProblem, ProcessConfig
 from service.scoring.supervised import SupervisedModel
 from service.storage.base import ObjectStore

@@ -1,4 +1,4 @@
-"""Batches made on the event loop (batching.LoopBatcher) against a fake model whose calls
+"""Batches made on the event loop (loop_batching.LoopBatcher) against a fake model whose calls
 the test ends, and the event loop's model call (process.ModelProcess.start_call) against
 a socket the test answers: no thread between a request and the model process."""
 
@@ -14,7 +14,9 @@ import pytest
 
 from service.domain.signature import SignatureInfo, TensorInfo
 from service.scoring import model_wire
-from service.scoring.batching import Arrivals, LoopBatcher, ModelUnloaded, Tensors
+from service.scoring.batch_sizes import BatchSizes
+from service.scoring.batching import Arrivals, ModelUnloaded, Tensors
+from service.scoring.loop_batching import LoopBatcher
 from service.scoring.model_wire import (
     Closed,
     FrameReader,
@@ -336,5 +338,53 @@ def test_a_ready_batch_takes_the_free_connection_and_the_rest_merge_behind() -> 
         assert [r for r, _ in model.calls][3:] == [1, 2]
         model.answer(4)
         await asyncio.gather(*small)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+class Recorded(BatchSizes):
+    """BatchSizes that keeps what each call was recorded as costing."""
+
+    def __init__(self, ready_rows: int, max_batch_size: int) -> None:
+        super().__init__(ready_rows, max_batch_size)
+        self.recorded: list[tuple[int, float]] = []
+
+    def record(self, rows: int, seconds: float) -> None:
+        self.recorded.append((rows, seconds))
+        super().record(rows, seconds)
+
+
+def test_calls_running_at_once_share_the_models_time_between_them() -> None:
+    """What a call is recorded as costing (for BatchSizes) is its share of the model's
+    time: the time two calls run side by side counts half to each. The first call here
+    ran 1 s alone and 4 s beside the second (3 s, not 5), the second 4 s beside the
+    first and 2 s alone (4 s, not 6); a call alone is charged its wall time."""
+
+    async def main() -> None:
+        model = LoopModel(connections=2)
+        sizes = Recorded(4, 12)
+        b = batcher(model, max_batch_size=12, ready_rows=4, sizes=sizes)
+        loop = asyncio.get_running_loop()
+        clock = [100.0]
+        loop.time = lambda: clock[0]  # type: ignore[method-assign]
+        first = b.submit(rows(0, 4), 4)
+        await settle()
+        clock[0] += 1.0  # the first alone for 1 s
+        second = b.submit(rows(10, 4), 4)
+        await settle()
+        assert [r for r, _ in model.calls] == [4, 4]
+        clock[0] += 4.0  # both for 4 s
+        model.answer(0)
+        await settle()
+        clock[0] += 2.0  # the second alone for 2 s
+        model.answer(1)
+        await asyncio.gather(first, second)  # type: ignore[arg-type]
+        assert sizes.recorded == [(4, 3.0), (4, 4.0)]  # 1 + 4/2, and 4/2 + 2
+        lone = b.submit(rows(0, 4), 4)
+        await settle()
+        clock[0] += 0.5
+        model.answer(2)
+        await asyncio.gather(lone)  # type: ignore[arg-type]
+        assert sizes.recorded[-1] == (4, 0.5)
 
     asyncio.run(main())
