@@ -126,6 +126,12 @@ class OnnxModel:
         self._input_error = input_error
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        # ONNX Runtime's operator threads spin between operators by default, holding the
+        # cores a caller alone in its process would leave idle. Here the API process
+        # needs them between calls (to read the next requests and answer these): with the
+        # spin, the `scoring_onnx_b64` row's served rate was 22,300-26,700 predictions/s
+        # in five runs, without it 24,800-29,900.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # A GPU where the process was given one (ONNX Runtime's CUDA build), else the CPU.
         providers = [
             p

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from service.domain.onnx_rules import (
@@ -207,3 +208,16 @@ def test_the_platform_never_unpickles_a_model() -> None:
                 if pickled:
                     found.append(f"{path.relative_to(PLATFORM)}:{node.lineno} {name}")
     assert found == []
+
+
+def test_the_model_process_session_does_not_spin_between_operators(tmp_path: Path) -> None:
+    """The model process shares the cores with the API process that feeds it: its ONNX
+    Runtime session's operator threads sleep between operators instead of spinning."""
+    from service.scoring import onnx_model
+    from tests import onnx_models
+
+    loaded = onnx_model.OnnxModel(onnx_models.save(onnx_models.linear(), tmp_path), ValueError)
+    options = loaded._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    out = loaded.call(onnx_model.SIGNATURE, {"x": np.ones((3, 2), np.float32)})  # it answers
+    assert out["y"].shape == (3, 2)
