@@ -86,13 +86,16 @@ def deploying_versions(session: Session) -> Sequence[DeploymentVersion]:
 
 
 def serving_versions(session: Session) -> Sequence[DeploymentVersion]:
-    """The loaded versions of READY deployments: what scoring processes keep loaded."""
+    """The loaded versions of READY deployments, and of DEPLOYING ones whose other first
+    versions are still loading: what scoring processes keep loaded. A version loaded
+    before its deployment is settled is kept: unloading it then (and deleting its local
+    copy) raced with the requests that came once the deployment was READY."""
     stmt = (
         select(DeploymentVersion)
         .join(Deployment, Deployment.id == DeploymentVersion.deployment_id)
         .where(
             DeploymentVersion.state == VersionState.READY,
-            Deployment.status == DeploymentState.READY,
+            Deployment.status.in_((DeploymentState.READY, DeploymentState.DEPLOYING)),
         )
         .order_by(DeploymentVersion.created_at)
     )
