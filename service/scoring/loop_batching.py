@@ -80,12 +80,10 @@ class LoopBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: collections.deque[_LoopPending] = collections.deque()
         self._queued_rows = 0
-        self._running = 0  # calls of this batcher in flight
-        # Each call in flight's share of the model's time so far: the time since `_mark`
-        # is divided among the calls running at once (see `_share_out`).
-        self._shares: dict[int, float] = {}
+        # This batcher's calls in flight, each with its share of the model's time so far:
+        # the time since `_mark` is divided among the calls running at once (`_share_out`).
+        self._shares: dict[asyncio.Future[Outputs], float] = {}
         self._mark = 0.0
-        self._calls = 0  # call tokens
         self._scheduled = False  # a pass of _pump is due
         self._waiting: asyncio.TimerHandle | None = None  # waiting for announced requests
         self._closed = False
@@ -133,7 +131,7 @@ class LoopBatcher:
         self._scheduled = False
         while self._queue and not self._closed:
             ready = self._queued_rows >= self.ready_rows
-            if self._running and not ready:
+            if self._shares and not ready:
                 return  # gathering until the running call ends or a batch is ready
             if not ready and self._coming():
                 # Announced requests may join, until max_wait after the oldest one queued
@@ -156,16 +154,14 @@ class LoopBatcher:
                 for p in reversed(batch):
                     self._queue.appendleft(p)
                     self._queued_rows += p.rows
-                if not self._running:
+                if not self._shares:
                     assert self._loop is not None
                     self._loop.call_later(_RETRY, self._pump)
                 return
-            self._running += 1
-            self._calls += 1
             self._share_out()
-            self._shares[self._calls] = 0.0
+            self._shares[future] = 0.0
             future.add_done_callback(
-                lambda f, batch=batch, call=self._calls: self._finished(batch, f, call)  # type: ignore[misc]
+                lambda f, batch=batch: self._finished(batch, f)  # type: ignore[misc]
             )
 
     def _share_out(self) -> None:
@@ -214,12 +210,9 @@ class LoopBatcher:
             shape = shape_of(p.tensors)
         return batch
 
-    def _finished(
-        self, batch: list[_LoopPending], call: asyncio.Future[Outputs], token: int
-    ) -> None:
-        self._running -= 1
+    def _finished(self, batch: list[_LoopPending], call: asyncio.Future[Outputs]) -> None:
         self._share_out()
-        share = self._shares.pop(token)
+        share = self._shares.pop(call)
         try:
             outputs = call.result()
             total = sum(p.rows for p in batch)

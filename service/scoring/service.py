@@ -159,9 +159,10 @@ class ScoringService:
             self._wake.clear()
 
     def reconcile(self) -> None:
-        """Load the versions that are DEPLOYING, preload the loaded versions of READY
-        deployments, unload what is gone or unloaded, and settle deployments whose first
-        versions all finished (a safety net for two processes finishing them at once)."""
+        """Load the versions that are DEPLOYING, preload the loaded versions of READY and
+        DEPLOYING deployments (`repository.serving_versions`), unload what is gone or
+        unloaded, and settle deployments whose first versions all finished (a safety net
+        for two processes finishing them at once)."""
         # Only models loaded before the query can be unloaded for not being READY in it.
         with self._lock:
             unloadable = set(self.cache.cached_ids()) - self._scheduled
